@@ -1,0 +1,364 @@
+"""The record: append-only events of one job's life (DESIGN.md section 3).
+
+Each event is a frozen msgspec Struct tagged with an explicit dotted name; the tag and the
+field types never change once released (new fields go last, with a default). The stream
+sequence of an event is never part of its payload: ``fold`` takes it beside the event.
+
+Every event carries ``job_id`` (the record it belongs to) and ``at`` (when it was decided).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from dispatch_core.state import (
+    Action,
+    Actor,
+    Cause,
+    Declarations,
+    HoldKind,
+    JobSpec,
+    ObjectRef,
+    Plan,
+    RecoveryPolicy,
+    State,
+    UtcDatetime,
+)
+
+__all__ = [
+    "AbandonTarget",
+    "Abandoned",
+    "CancelRequested",
+    "CessationObserved",
+    "EmergencyStopRequested",
+    "EscalationCommitted",
+    "EscalationDelivered",
+    "Event",
+    "ExecutionEnded",
+    "GateOpened",
+    "GaveUp",
+    "HoldPlaced",
+    "HoldReleased",
+    "JobCreated",
+    "JobEvent",
+    "LaunchIntended",
+    "LaunchRecorded",
+    "LaunchRefused",
+    "LaunchUnknown",
+    "NodeLossObserved",
+    "OutcomeCommitted",
+    "RecoveryCommitted",
+    "StopRequested",
+    "SubmissionOpened",
+    "Superseded",
+]
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """Base of every record event.
+
+    Attributes:
+        job_id: the job whose record this is.
+        at: when it was decided (the ``now`` of the pass or command that committed it).
+    """
+
+    job_id: str
+    at: UtcDatetime
+
+
+class JobCreated(Event, frozen=True, kw_only=True, tag="job.created"):
+    """The first event of every record.
+
+    Attributes:
+        spec: what to run.
+        policy: the recovery policy as submitted.
+        plan: the plan made from it (uncovered causes, substitutions).
+        declarations: the backend's declarations the plan was made against.
+        generation: G of the epoch: 0, or one more than the superseded job's.
+        supersedes: the job this one supersedes (seed 002, ``Supersede``).
+        by: who submitted it.
+    """
+
+    spec: JobSpec
+    policy: RecoveryPolicy
+    plan: Plan
+    declarations: Declarations
+    generation: int = 0
+    supersedes: str | None = None
+    by: Actor
+
+
+class SubmissionOpened(Event, frozen=True, kw_only=True, tag="submission.opened"):
+    """Submission N begins: the supervisor will launch it.
+
+    Attributes:
+        submission: N, 1 for the first.
+        why: ``initial``, ``recovery``, ``resubmit``, ``abandoned`` (after an all-unknown
+            submission was abandoned) or ``ceased`` (a cessation fact lifted a hold).
+        cause: the cause that ended the previous execution, when there was one.
+        by: the actor who asked for it (resubmit), when there was one.
+    """
+
+    submission: int
+    why: str
+    cause: Cause | None = None
+    by: Actor | None = None
+
+
+class LaunchIntended(Event, frozen=True, kw_only=True, tag="launch.intended"):
+    """A launch is about to be made; committed before the scheduler is called, so a crash
+    between intent and launch surfaces as an unknown launch, never a silent duplicate
+    (DESIGN.md section 5)."""
+
+    submission: int
+    attempt: int
+
+
+class LaunchRecorded(Event, frozen=True, kw_only=True, tag="launch.recorded"):
+    """A launch made an object: returned by the scheduler, or found later in a Discovery
+    (``found`` is then true) for a launch whose outcome was unknown."""
+
+    submission: int
+    attempt: int
+    ref: ObjectRef
+    found: bool = False
+
+
+class LaunchRefused(Event, frozen=True, kw_only=True, tag="launch.refused"):
+    """The scheduler refused a launch; ``detail`` holds its words verbatim."""
+
+    submission: int
+    attempt: int
+    detail: str
+
+
+class LaunchUnknown(Event, frozen=True, kw_only=True, tag="launch.unknown"):
+    """The launch call ended without saying whether it made an object (a timeout, a lost
+    connection); ``detail`` holds the error. The attempt stays unknown until an object turns
+    up for it or a person abandons it."""
+
+    submission: int
+    attempt: int
+    detail: str
+
+
+class GateOpened(Event, frozen=True, kw_only=True, tag="gate.opened"):
+    """dispatch opened the start gate of one of its objects."""
+
+    ref: ObjectRef
+
+
+class StopRequested(Event, frozen=True, kw_only=True, tag="stop.requested"):
+    """dispatch asked the scheduler to stop an object.
+
+    Attributes:
+        ref: the object.
+        why: ``cancel``, ``fence`` (node-loss window passed), ``duplicate``, ``outcome``
+            (the job has an outcome and the object still lives), ``recovery`` (a native
+            requeue the policy doesn't want).
+        emergency: whether it was an emergency stop.
+    """
+
+    ref: ObjectRef
+    why: str
+    emergency: bool = False
+
+
+class NodeLossObserved(Event, frozen=True, kw_only=True, tag="node-loss.observed"):
+    """An object was first seen running with cause node-lost; the node-loss window runs from
+    ``since`` (seed 000, "The node-loss fence")."""
+
+    ref: ObjectRef
+    restart: int
+    since: UtcDatetime
+    cause: Cause
+
+
+class ExecutionEnded(Event, frozen=True, kw_only=True, tag="execution.ended"):
+    """An execution of an object ended.
+
+    Attributes:
+        ref: the object.
+        restart: R of the execution.
+        cause: why, as the scheduler or the fence said.
+        fenced: whether dispatch treated it as ended after the node-loss window, before the
+            scheduler said so.
+        submission: N of the object.
+    """
+
+    ref: ObjectRef
+    restart: int
+    cause: Cause
+    fenced: bool = False
+    submission: int
+
+
+class RecoveryCommitted(Event, frozen=True, kw_only=True, tag="recovery.committed"):
+    """A rule recovers the job from an ended execution (its budget is spent by one).
+
+    Attributes:
+        rule: index of the rule in the plan.
+        action: the action carried out.
+        cause: the cause that ended the execution.
+        native: whether the backend carried it out itself (a native requeue or restart).
+    """
+
+    rule: int
+    action: Action
+    cause: Cause
+    native: bool = False
+
+
+class HoldPlaced(Event, frozen=True, kw_only=True, tag="hold.placed"):
+    """A hold is placed (seed 002, ``overdue:<instance>``).
+
+    Attributes:
+        instance: 1 for the job's first hold, and so on.
+        kind: ``actor`` or ``recovery``.
+        by: who placed it (for a recovery hold, the supervisor).
+        reason: why.
+        deadline: when it becomes overdue.
+        cause: for a recovery hold, the cause that ended the execution.
+        rule: for a recovery hold, the rule that placed it.
+        substituted_for: for a shared-checkpoint hold, the action of the rule it stands in
+            for (seed 004).
+    """
+
+    instance: int
+    kind: HoldKind
+    by: Actor
+    reason: str
+    deadline: UtcDatetime
+    cause: Cause | None = None
+    rule: int | None = None
+    substituted_for: Action | None = None
+
+
+class HoldReleased(Event, frozen=True, kw_only=True, tag="hold.released"):
+    """A hold ends.
+
+    Attributes:
+        instance: the hold.
+        by: who ended it.
+        how: ``release``, ``resubmit``, ``cancel``, ``give-up`` or ``ceased``.
+        override: whether ``by`` released a hold someone else placed (seed 002).
+        reason: the actor's words.
+    """
+
+    instance: int
+    by: Actor
+    how: str
+    override: bool = False
+    reason: str = ""
+
+
+class CessationObserved(Event, frozen=True, kw_only=True, tag="cessation.observed"):
+    """The backend's cessation signal answered about an ended object (seed 004)."""
+
+    ref: ObjectRef
+    ceased: bool
+    detail: str = ""
+
+
+class CancelRequested(Event, frozen=True, kw_only=True, tag="cancel.requested"):
+    """A person or service cancelled the job."""
+
+    by: Actor
+    reason: str
+
+
+class GaveUp(Event, frozen=True, kw_only=True, tag="give-up"):
+    """Someone gave up on a held job: it fails with the cause that ended it (seed 002)."""
+
+    by: Actor
+    reason: str
+
+
+class AbandonTarget(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``abandon`` closes (seed 002).
+
+    Exactly one of: ``submission`` alone (an all-unknown submission), ``submission`` and
+    ``attempt`` (an unmatched attempt), or ``foreign`` (a foreign object).
+    """
+
+    submission: int | None = None
+    attempt: int | None = None
+    foreign: ObjectRef | None = None
+
+    def __str__(self) -> str:
+        if self.foreign is not None:
+            return f"foreign {self.foreign}"
+        if self.attempt is not None:
+            return f"attempt {self.submission}/{self.attempt}"
+        return f"submission {self.submission}"
+
+
+class Abandoned(Event, frozen=True, kw_only=True, tag="abandoned"):
+    """A human closed an unknown launch or disposed of a foreign object (seed 002)."""
+
+    target: AbandonTarget
+    by: Actor
+    reason: str
+
+
+class EmergencyStopRequested(Event, frozen=True, kw_only=True, tag="emergency-stop.requested"):
+    """A person asked for every live object of the job to be killed at once (seed 002)."""
+
+    by: Actor
+    reason: str
+
+
+class OutcomeCommitted(Event, frozen=True, kw_only=True, tag="outcome.committed"):
+    """The job's outcome: ``succeeded``, ``failed`` or ``cancelled``; final."""
+
+    state: State
+    cause: Cause
+
+
+class EscalationCommitted(Event, frozen=True, kw_only=True, tag="escalation.committed"):
+    """dispatch asks a person to decide something (seed 002). Committed once per ``id``."""
+
+    id: str
+    detail: str
+
+
+class EscalationDelivered(Event, frozen=True, kw_only=True, tag="escalation.delivered"):
+    """An escalation reached a person's channel."""
+
+    id: str
+    channel: str = ""
+
+
+class Superseded(Event, frozen=True, kw_only=True, tag="superseded"):
+    """A new job was created from this one (seed 002, ``Supersede``)."""
+
+    new_job: str
+    by: Actor
+    reason: str
+
+
+JobEvent = (
+    JobCreated
+    | SubmissionOpened
+    | LaunchIntended
+    | LaunchRecorded
+    | LaunchRefused
+    | LaunchUnknown
+    | GateOpened
+    | StopRequested
+    | NodeLossObserved
+    | ExecutionEnded
+    | RecoveryCommitted
+    | HoldPlaced
+    | HoldReleased
+    | CessationObserved
+    | CancelRequested
+    | GaveUp
+    | Abandoned
+    | EmergencyStopRequested
+    | OutcomeCommitted
+    | EscalationCommitted
+    | EscalationDelivered
+    | Superseded
+)
+"""Every event a record may hold."""
