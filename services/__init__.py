@@ -1,0 +1,1 @@
+"""dispatch's services: observer, supervisor, notifier and api (DESIGN.md section 1)."""

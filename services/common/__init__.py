@@ -1,0 +1,1 @@
+"""What every service shares: configuration, structured logs, health and metrics."""
