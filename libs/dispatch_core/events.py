@@ -157,11 +157,15 @@ class StopRequested(Event, frozen=True, kw_only=True, tag="stop.requested"):
             (the job has an outcome and the object still lives), ``recovery`` (a native
             requeue the policy doesn't want).
         emergency: whether it was an emergency stop.
+        submission, attempt: for a ``duplicate`` (an object the record never launched), the
+            N and a read from it, so the record keeps the object; ``None`` otherwise.
     """
 
     ref: ObjectRef
     why: str
     emergency: bool = False
+    submission: int | None = None
+    attempt: int | None = None
 
 
 class NodeLossObserved(Event, frozen=True, kw_only=True, tag="node-loss.observed"):

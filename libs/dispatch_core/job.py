@@ -101,6 +101,9 @@ class ObjectRecord(msgspec.Struct, frozen=True, kw_only=True):
         ended: the restart counts R of its executions recorded as ended.
         fenced: whether an execution was ended by the node-loss fence.
         cessation_asked_at: the last cessation answer's time; ``ceased`` the answer.
+        duplicate: whether the object is a duplicate the record never launched (stopped
+            with why ``duplicate``, or seen ended): its ends are recorded but never drive
+            recovery; ``submission``/``attempt`` are then as read from it (0 when unknown).
     """
 
     ref: ObjectRef
@@ -116,6 +119,7 @@ class ObjectRecord(msgspec.Struct, frozen=True, kw_only=True):
     fenced: bool = False
     cessation_asked_at: UtcDatetime | None = None
     ceased: bool | None = None
+    duplicate: bool = False
 
 
 class Recovery(msgspec.Struct, frozen=True, kw_only=True):
@@ -203,6 +207,8 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
         abandoned: the targets a person abandoned.
         escalations: every escalation, in commit order.
         history: the committed transitions, in order.
+        ended_cause: the cause of the last execution the record shows ended (duplicates
+            aside), or ``None`` while none has ended; a recovering job shows it (seed 000).
     """
 
     job_id: str
@@ -229,6 +235,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     abandoned: tuple[AbandonTarget, ...] = ()
     escalations: tuple[Escalation, ...] = ()
     history: tuple[Transition, ...] = ()
+    ended_cause: Cause | None = None
 
     @property
     def hold(self) -> Hold | None:
