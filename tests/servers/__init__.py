@@ -1,0 +1,1 @@
+"""Real servers (nats-server, S3) started by tests and benchmarks."""
