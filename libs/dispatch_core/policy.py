@@ -1,0 +1,169 @@
+"""Recovery policies: ``validate`` refuses an illegal one, ``make_plan`` shows how a job will be
+recovered before it starts (seed 000, "Recovery rules are written against causes"; seed 004,
+"When a job can't isolate"; docs/core-semantics.md, "validate, make_plan").
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final
+
+from dispatch_core.constants import (
+    CESSATION_INTERVAL_S,
+    MAX_HOLD_FOR_S,
+    SHARED_HOLD_FOR_S,
+    SUPERVISOR,
+)
+from dispatch_core.errors import InvalidPolicy
+from dispatch_core.state import (
+    COVERABLE_CAUSES,
+    Action,
+    CauseKind,
+    Declarations,
+    Enforcer,
+    JobSpec,
+    Plan,
+    PlannedRule,
+    RecoveryPolicy,
+    Substitution,
+)
+
+__all__ = [
+    "CESSATION_INTERVAL_S",
+    "SHARED_HOLD_FOR_S",
+    "SUPERVISOR",
+    "make_plan",
+    "validate",
+]
+
+_UNCOVERABLE: Final = {
+    CauseKind.NONE: "none is success",
+    CauseKind.CANCELLED: "a cancel that reached the scheduler is final",
+    CauseKind.HELD: "held and released are decisions, not endings",
+    CauseKind.RELEASED: "held and released are decisions, not endings",
+}
+"""Causes no rule may cover, with the seed's reason (seed 000, "Recovery rules")."""
+
+_FOR_UNKNOWN: Final = frozenset({Action.HOLD, Action.ESCALATE})
+_RECOVERING: Final = frozenset({Action.RESUBMIT, Action.RESTART, Action.REQUEUE})
+_NATIVE_ONLY: Final = frozenset({Action.RESTART, Action.REQUEUE})
+_ORDER: Final = {kind: i for i, kind in enumerate(CauseKind)}
+
+
+def validate(policy: RecoveryPolicy) -> None:
+    """Refuse an illegal recovery policy (seed 000, "Recovery rules are written against causes").
+
+    Rules are checked in order; within a rule, in this order: it covers no cause; its budget
+    is negative; its ``hold_for_s`` is not a positive, finite number of seconds of at most
+    ``MAX_HOLD_FOR_S`` (a deadline past the year 9999 can't be computed); it covers
+    ``none`` (success), ``cancelled`` (a cancel that reached the scheduler is final),
+    ``held`` or ``released`` (decisions, not endings); it covers ``unknown`` with an action
+    other than hold or escalate (resubmitting on a cause nobody understands is a guess); it
+    covers a cause an earlier rule covers. Nothing else is illegal.
+
+    Args:
+        policy: the policy as submitted.
+
+    Raises:
+        InvalidPolicy: naming the first offending rule (its index), the cause when one makes
+            it illegal, and the reason.
+    """
+    covered: dict[CauseKind, int] = {}
+    for i, rule in enumerate(policy.rules):
+        if not rule.on:
+            raise InvalidPolicy(i, None, "the rule covers no cause")
+        if rule.budget < 0:
+            raise InvalidPolicy(i, None, f"budget {rule.budget} is negative")
+        if not (math.isfinite(rule.hold_for_s) and 0 < rule.hold_for_s <= MAX_HOLD_FOR_S):
+            raise InvalidPolicy(
+                i,
+                None,
+                f"hold_for_s {rule.hold_for_s} is not a positive number of seconds of at most "
+                f"{MAX_HOLD_FOR_S:.0f}",
+            )
+        for kind in rule.on:
+            if kind in _UNCOVERABLE:
+                raise InvalidPolicy(i, kind, f"no rule may cover {kind}: {_UNCOVERABLE[kind]}")
+        if CauseKind.UNKNOWN in rule.on and rule.action not in _FOR_UNKNOWN:
+            raise InvalidPolicy(
+                i,
+                CauseKind.UNKNOWN,
+                f"unknown may only be covered by a hold or escalate rule, not {rule.action}: "
+                "resubmitting on a cause nobody understands is a guess",
+            )
+        for kind in rule.on:
+            first = covered.get(kind)
+            if first is not None and first != i:
+                raise InvalidPolicy(
+                    i, kind, f"{kind} is already covered by rule {first}; a cause has one rule"
+                )
+            covered[kind] = i
+
+
+def make_plan(spec: JobSpec, policy: RecoveryPolicy, declarations: Declarations) -> Plan:
+    """Make the plan that shows, before the job starts, how it will be recovered.
+
+    Implements seed 000 ("Recovery rules": ``Plan.Uncovered``; "An object ending is not the
+    job ending": restart and requeue only where the backend enforces them natively) and
+    seed 004 ("When a job can't isolate": with a shared checkpoint every recovery rule
+    becomes a 24 h hold, and the plan shows the substitution).
+
+    Args:
+        spec: the job's spec (its extensions say whether it shares a checkpoint).
+        policy: the recovery policy.
+        declarations: what the backend of ``spec.cluster`` declares.
+
+    Returns:
+        The plan: one ``PlannedRule`` per policy rule, in policy order; ``uncovered`` every
+        coverable cause no rule covers, in ``CauseKind`` order; the substitutions made.
+
+    Raises:
+        InvalidPolicy: ``validate`` refuses the policy.
+    """
+    validate(policy)
+    shared = spec.shared_checkpoint
+    planned: list[PlannedRule] = []
+    substitutions: list[Substitution] = []
+    covered: set[CauseKind] = set()
+    for i, rule in enumerate(policy.rules):
+        covered.update(rule.on)
+        action, enforcer, hold_for_s = rule.action, rule.enforcer, rule.hold_for_s
+        substituted_for: Action | None = None
+        unenforced: str | None = None
+        if shared and action in _RECOVERING:
+            substituted_for, action, hold_for_s = action, Action.HOLD, SHARED_HOLD_FOR_S
+            substitutions.append(
+                Substitution(
+                    rule=i,
+                    original=substituted_for,
+                    substitute=Action.HOLD,
+                    reason=(
+                        "the job shares a mutable checkpoint: the scheduler's word that an "
+                        "execution ended doesn't prove its processes stopped, so "
+                        f"{substituted_for} becomes a hold for 24 h and a person decides "
+                        "when it is safe to run again (seed 004)"
+                    ),
+                )
+            )
+        if action in _NATIVE_ONLY:
+            if enforcer is Enforcer.SUPERVISOR:
+                unenforced = f"supervisor recovery for {action} isn't implemented"
+            elif action not in declarations.native_actions:
+                unenforced = f"backend of cluster {spec.cluster} doesn't enforce {action} natively"
+        else:
+            # resubmit, hold and escalate are always the supervisor's (core-semantics).
+            enforcer = Enforcer.SUPERVISOR
+        planned.append(
+            PlannedRule(
+                rule=i,
+                on=rule.on,
+                action=action,
+                budget=rule.budget,
+                enforcer=enforcer,
+                hold_for_s=hold_for_s,
+                substituted_for=substituted_for,
+                unenforced=unenforced,
+            )
+        )
+    uncovered = tuple(sorted(COVERABLE_CAUSES - covered, key=_ORDER.__getitem__))
+    return Plan(rules=tuple(planned), uncovered=uncovered, substitutions=tuple(substitutions))
