@@ -1,0 +1,158 @@
+"""An ordered JetStream consumer as an async iterator of messages (internal).
+
+nats-py's ordered consumer (an ephemeral, in-memory, flow-controlled push consumer that
+re-creates itself from the last stream seq it saw on any gap or on missed idle heartbeats)
+follows a stream in order across reconnects and server restarts. `OrderedFeed` wraps it
+with dispatch's errors, a bounded-wait loop that notices a closed connection, and a clean
+`aclose`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from types import TracebackType
+from typing import Self
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.errors import ConnectionClosedError
+from nats.errors import Error as NatsError
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.client import JetStreamContext
+from nats.js.errors import APIError, NotFoundError
+
+from dispatch_nats.errors import NatsStoreError, StoreUnavailable, StreamNotFound, api_error
+
+_POLL_S = 1.0  # how often a waiting iterator checks for a closed connection, seconds
+
+
+class OrderedFeed:
+    """Messages of `stream` matching `filter_subject`, in stream order, until closed."""
+
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        stream: str,
+        filter_subject: str,
+        deliver_policy: DeliverPolicy,
+        start_seq: int | None = None,
+        headers_only: bool = False,
+        heartbeat_s: float = 2.0,
+        api_prefix: str = "$JS.API",
+        timeout_s: float = 5.0,
+    ) -> None:
+        """Prepare the feed; `start()` (or `async with`) creates the consumer.
+
+        Args:
+            nc: a connected client.
+            stream: the stream to follow.
+            filter_subject: the subjects to follow (wildcards allowed).
+            deliver_policy: where to start: NEW, ALL, LAST_PER_SUBJECT or BY_START_SEQUENCE.
+            start_seq: the first stream seq, with BY_START_SEQUENCE.
+            headers_only: deliver headers without payloads.
+            heartbeat_s: the consumer's idle heartbeat, in seconds; two missed ones make the
+                client re-create the consumer (after a server restart, for instance).
+            api_prefix: JetStream API prefix.
+            timeout_s: timeout of the consumer-creation request, in seconds.
+        """
+        self._nc = nc
+        self._stream = stream
+        self._filter = filter_subject
+        self._config = ConsumerConfig(
+            deliver_policy=deliver_policy,
+            opt_start_seq=start_seq,
+            headers_only=headers_only or None,
+        )
+        self._heartbeat_s = heartbeat_s
+        self._js: JetStreamContext = nc.jetstream(prefix=api_prefix, timeout=timeout_s)
+        self._sub: JetStreamContext.PushSubscription | None = None
+        self._closed = False
+
+    async def start(self) -> None:
+        """Create the ordered consumer.
+
+        Raises:
+            StreamNotFound: the stream does not exist.
+            StoreUnavailable: JetStream did not answer, or the connection is down.
+            JetStreamApiError: JetStream refused the consumer.
+        """
+        try:
+            self._sub = await self._js.subscribe(
+                self._filter,
+                stream=self._stream,
+                ordered_consumer=True,
+                idle_heartbeat=self._heartbeat_s,
+                config=self._config,
+            )
+        except NotFoundError as err:
+            raise StreamNotFound(self._stream, self._filter) from err
+        except APIError as err:
+            raise api_error(
+                f"follow {self._filter!r}",
+                int(err.code or 0),
+                int(err.err_code or 0),
+                str(err.description or ""),
+            ) from err
+        except NatsError as err:
+            raise StoreUnavailable(f"follow {self._filter!r}", repr(err)) from err
+
+    async def next_msg(self) -> Msg:
+        """Wait for the next message.
+
+        Raises:
+            StopAsyncIteration: the feed was closed.
+            StoreUnavailable: the connection closed.
+        """
+        sub = self._sub
+        if sub is None:
+            if self._closed:
+                raise StopAsyncIteration
+            raise NatsStoreError("the feed was not started: use `async with` or `await start()`")
+        while True:
+            if self._closed:
+                raise StopAsyncIteration
+            try:
+                return await sub.next_msg(timeout=_POLL_S)
+            except NatsTimeoutError:
+                continue
+            except ConnectionClosedError as err:
+                if self._closed:
+                    raise StopAsyncIteration from None
+                raise StoreUnavailable(
+                    f"follow {self._filter!r}", "the NATS connection closed"
+                ) from err
+            except asyncio.CancelledError:
+                # `aclose` from another task cancels the waiting call; only that ends the
+                # iteration, a cancellation of this task itself propagates.
+                task = asyncio.current_task()
+                if self.closed and task is not None and task.cancelling() == 0:
+                    raise StopAsyncIteration from None
+                raise
+
+    @property
+    def closed(self) -> bool:
+        """Whether `aclose` was called."""
+        return self._closed
+
+    async def aclose(self) -> None:
+        """Stop following and delete the subscription. Safe to call twice."""
+        self._closed = True
+        sub, self._sub = self._sub, None
+        if sub is not None and not self._nc.is_closed:
+            with contextlib.suppress(NatsError):
+                await sub.unsubscribe()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,314 @@
+"""Latest value per subject, for the `DISPATCH_DISCOVERY` and `DISPATCH_STATUS` streams.
+
+Both streams keep one message per subject, so each subject holds the current value of one
+key: `(cluster, job)` for a Discovery, `(job,)` for a Status. Keys are tuples of tokens;
+patterns are keys where a token may be `*` (any), and a short pattern is padded with `*`.
+
+Writers `put`; readers `get` one key, `get_all` keys matching a pattern (one multi_last
+direct get), or `watch` a pattern (the current values, then every change).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Final, Self
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js.api import DeliverPolicy
+
+from dispatch_nats._feed import OrderedFeed
+from dispatch_nats._wire import (
+    PUB_ACK_DECODER,
+    NoResponders,
+    ReplyTimeout,
+    Wire,
+    header_int,
+    parse_nats_time,
+)
+from dispatch_nats.contract import DEFAULT_LAYOUT, Layout, StreamKind, _validate_token
+from dispatch_nats.errors import InvalidName, StoreUnavailable, StreamNotFound, api_error
+
+__all__ = ["LatestEntry", "LatestFeed", "LatestStore"]
+
+_KEY_NAMES: Final = {
+    StreamKind.DISCOVERY: ("cluster name", "job id"),
+    StreamKind.STATUS: ("job id",),
+}
+
+
+class LatestEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """The current value of one key."""
+
+    key: tuple[str, ...]
+    """`(cluster, job)` for a Discovery, `(job,)` for a Status."""
+    seq: int
+    """The stream seq of this value (increases with every put to the stream)."""
+    payload: bytes
+    """The encoded value."""
+    time: datetime
+    """When JetStream stored it (UTC)."""
+
+
+class LatestFeed:
+    """Values of the keys matching a pattern as they change: an async iterator of `LatestEntry`.
+
+    async with statuses.watch(("job-1",)) as changes:
+        async for entry in changes:
+            show(entry)
+    """
+
+    def __init__(self, feed: OrderedFeed, store: LatestStore) -> None:
+        """Wrap an ordered feed (use `LatestStore.watch`)."""
+        self._feed = feed
+        self._store = store
+
+    async def __aenter__(self) -> Self:
+        await self._feed.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._feed.aclose()
+
+    async def aclose(self) -> None:
+        """Stop watching. Safe to call twice."""
+        await self._feed.aclose()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> LatestEntry:
+        """Wait for the next value.
+
+        Raises:
+            StopAsyncIteration: the feed was closed.
+            StoreUnavailable: the connection closed.
+        """
+        msg = await self._feed.next_msg()
+        meta = msg.metadata
+        return LatestEntry(
+            key=self._store.key_of(msg.subject),
+            seq=meta.sequence.stream,
+            payload=msg.data,
+            time=meta.timestamp,
+        )
+
+
+class LatestStore:
+    """Latest value per key on a one-message-per-subject stream (discovery or status)."""
+
+    def __init__(
+        self,
+        nc: NATS,
+        kind: StreamKind,
+        *,
+        layout: Layout = DEFAULT_LAYOUT,
+        ack_timeout_s: float = 2.0,
+        read_timeout_s: float = 2.0,
+        max_in_flight: int = 1024,
+        watch_heartbeat_s: float = 2.0,
+    ) -> None:
+        """Use `nc` and the `kind` stream of `layout` (created beforehand by `ensure_streams`).
+
+        Args:
+            nc: a connected NATS client.
+            kind: `StreamKind.DISCOVERY` or `StreamKind.STATUS`.
+            layout: stream and subject names; the public contract's by default.
+            ack_timeout_s: how long a put waits for JetStream's ack, in seconds.
+            read_timeout_s: how long a read waits for each reply, in seconds.
+            max_in_flight: most requests waiting for replies at once.
+            watch_heartbeat_s: idle heartbeat of `watch`'s consumer, in seconds.
+
+        Raises:
+            ValueError: `kind` is the record stream.
+        """
+        self._prefix = layout.latest_prefix(kind)  # raises for RECORD
+        self._kind = kind
+        self._layout = layout
+        self._stream = layout.stream(kind)
+        self._key_names = _KEY_NAMES[kind]
+        self._wire = Wire(nc, max_in_flight=max_in_flight)
+        self._ack_timeout_s = ack_timeout_s
+        self._read_timeout_s = read_timeout_s
+        self._watch_heartbeat_s = watch_heartbeat_s
+
+    @classmethod
+    def discovery(cls, nc: NATS, *, layout: Layout = DEFAULT_LAYOUT) -> Self:
+        """The latest Discovery per `(cluster, job)`."""
+        return cls(nc, StreamKind.DISCOVERY, layout=layout)
+
+    @classmethod
+    def status(cls, nc: NATS, *, layout: Layout = DEFAULT_LAYOUT) -> Self:
+        """The latest Status per `(job,)`."""
+        return cls(nc, StreamKind.STATUS, layout=layout)
+
+    @property
+    def kind(self) -> StreamKind:
+        """Which stream this store holds."""
+        return self._kind
+
+    async def aclose(self) -> None:
+        """Release the store's reply subscription (the connection stays open)."""
+        await self._wire.close()
+
+    def subject(self, key: tuple[str, ...]) -> str:
+        """Return the subject of `key`, e.g. `dispatch.status.job-1` for `("job-1",)`.
+
+        Raises:
+            InvalidName: wrong number of tokens, or a token that is not subject-safe.
+        """
+        if len(key) != len(self._key_names):
+            raise InvalidName(
+                f"{self._kind.value} key",
+                repr(key),
+                f"must be a tuple ({', '.join(self._key_names)})",
+            )
+        for name, token in zip(self._key_names, key, strict=True):
+            _validate_token(name, token)
+        return ".".join((self._prefix, *key))
+
+    def pattern(self, pattern: tuple[str, ...] = ()) -> str:
+        """Return the subject filter of `pattern`: tokens or `*`, padded with `*`.
+
+        Raises:
+            InvalidName: too many tokens, or a token that is neither `*` nor subject-safe.
+        """
+        if len(pattern) > len(self._key_names):
+            raise InvalidName(
+                f"{self._kind.value} pattern",
+                repr(pattern),
+                f"must be a tuple of at most ({', '.join(self._key_names)})",
+            )
+        tokens = [*pattern, *("*" * (len(self._key_names) - len(pattern)))]
+        for name, token in zip(self._key_names, tokens, strict=True):
+            if token != "*":
+                _validate_token(name, token)
+        return ".".join((self._prefix, *tokens))
+
+    def key_of(self, subject: str) -> tuple[str, ...]:
+        """Return the key of one of this store's subjects.
+
+        Raises:
+            InvalidName: `subject` is not one of this store's subjects.
+        """
+        head = self._prefix + "."
+        tokens = tuple(subject[len(head) :].split(".")) if subject.startswith(head) else ()
+        if len(tokens) != len(self._key_names):
+            raise InvalidName(f"{self._kind.value} subject", subject, f"must be {head}<key>")
+        for name, token in zip(self._key_names, tokens, strict=True):
+            _validate_token(name, token)
+        return tokens
+
+    async def put(self, key: tuple[str, ...], payload: bytes) -> int:
+        """Make `payload` the current value of `key`; return its stream seq.
+
+        Not retried here: on a timeout the value may or may not be stored, and re-sending
+        an old value could overwrite a newer one; the caller puts its next value instead.
+
+        Raises:
+            InvalidName: bad key.
+            StreamNotFound: the stream does not answer (missing, or no leader).
+            StoreUnavailable: no ack within `ack_timeout_s` (outcome unknown), or the
+                connection is closed.
+            PayloadTooLarge: the payload exceeds the server's max_payload.
+            JetStreamApiError: JetStream refused it.
+        """
+        subject = self.subject(key)
+        what = f"put {subject!r}"
+        try:
+            reply = await self._wire.request(what, subject, payload, timeout_s=self._ack_timeout_s)
+        except ReplyTimeout:
+            raise StoreUnavailable(
+                what, f"no ack within {self._ack_timeout_s} s (it may still be stored)"
+            ) from None
+        except NoResponders:
+            raise StreamNotFound(self._stream, subject) from None
+        try:
+            ack = PUB_ACK_DECODER.decode(reply.data)
+        except msgspec.DecodeError as err:
+            raise StoreUnavailable(what, f"undecodable ack {reply.data[:200]!r}") from err
+        if ack.error is not None:
+            raise api_error(what, ack.error.code, ack.error.err_code, ack.error.description)
+        return ack.seq
+
+    async def get(self, key: tuple[str, ...]) -> LatestEntry | None:
+        """Return the current value of `key`, or None if it has none.
+
+        Raises:
+            InvalidName: bad key.
+            StreamNotFound: the stream does not answer.
+            StoreUnavailable: no reply within `read_timeout_s`.
+        """
+        subject = self.subject(key)
+        msg = await self._wire.direct_get(
+            f"get {subject!r}",
+            self._stream,
+            {"last_by_subj": subject},
+            api_prefix=self._layout.api_prefix,
+            timeout_s=self._read_timeout_s,
+        )
+        return None if msg is None else self._entry(msg)
+
+    async def get_all(self, pattern: tuple[str, ...] = ()) -> list[LatestEntry]:
+        """Return the current value of every key matching `pattern`, in stream order.
+
+        `("c1",)` on the discovery store is every job seen on cluster `c1`; `("*", "job-1")`
+        is job-1's Discovery from every cluster; `()` is everything.
+
+        Raises:
+            InvalidName: bad pattern.
+            StreamNotFound: the stream does not answer.
+            StoreUnavailable: a reply did not come within `read_timeout_s`.
+        """
+        filter_subject = self.pattern(pattern)
+        out: list[LatestEntry] = []
+        start = 1
+        while True:
+            # Paging by "next message on the filter from seq": every message of these
+            # streams is the latest of its subject, so this is multi_last without its cap.
+            msgs, pending = await self._wire.direct_get_batch(
+                f"get_all {filter_subject!r}",
+                self._stream,
+                {"seq": start, "next_by_subj": filter_subject, "batch": 1000},
+                api_prefix=self._layout.api_prefix,
+                timeout_s=self._read_timeout_s,
+            )
+            out.extend(self._entry(m) for m in msgs)
+            if not msgs or pending == 0:
+                return out
+            start = header_int(msgs[-1], "Nats-Sequence") + 1
+
+    def watch(self, pattern: tuple[str, ...] = (), *, initial: bool = True) -> LatestFeed:
+        """Follow the values of keys matching `pattern`: an async iterator of `LatestEntry`.
+
+        Args:
+            pattern: tokens or `*`, padded with `*` (`()` is every key).
+            initial: first deliver every matching key's current value, then changes; with
+                False, only changes from now on.
+
+        Returns:
+            A feed to use as `async with store.watch(...) as changes: async for e in changes`.
+
+        Raises:
+            InvalidName: bad pattern.
+        """
+        feed = OrderedFeed(
+            self._wire.nc,
+            stream=self._stream,
+            filter_subject=self.pattern(pattern),
+            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT if initial else DeliverPolicy.NEW,
+            heartbeat_s=self._watch_heartbeat_s,
+            api_prefix=self._layout.api_prefix,
+            timeout_s=self._read_timeout_s,
+        )
+        return LatestFeed(feed, self)
+
+    def _entry(self, msg: Msg) -> LatestEntry:
+        headers = msg.headers or {}
+        return LatestEntry(
+            key=self.key_of(headers["Nats-Subject"]),
+            seq=int(headers["Nats-Sequence"]),
+            payload=msg.data,
+            time=parse_nats_time(headers["Nats-Time-Stamp"]),
+        )
