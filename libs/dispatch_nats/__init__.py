@@ -5,6 +5,9 @@
 * `RecordStore`: each job's append-only record, with optimistic concurrency and idempotent,
   outcome-resolving appends; reads, listing, and following appends across all jobs.
 * `LatestStore`: latest value per subject for the discovery and status streams.
+* `RecordFeed` / `LatestFeed` (`follow`, `watch`): every change, to every follower (ordered
+  consumers); `SharedFeed` (`shared`): every change to one of the replicas sharing a durable
+  consumer, acked when handled.
 
 Payloads are opaque bytes; encoding events and views is the typed layer's business.
 """
@@ -37,12 +40,14 @@ from dispatch_nats.errors import (
 )
 from dispatch_nats.latest import LatestEntry, LatestFeed, LatestStore
 from dispatch_nats.record import RecordChange, RecordEntry, RecordFeed, RecordStore
+from dispatch_nats.shared import Delivery, SharedFeed
 
 __all__ = [
     "CONTRACT_VERSION",
     "DEFAULT_LAYOUT",
     "AppendOutcomeUnknown",
     "ConcurrencyConflict",
+    "Delivery",
     "InvalidName",
     "JetStreamApiError",
     "JetStreamTemporaryError",
@@ -57,6 +62,7 @@ __all__ = [
     "RecordEntry",
     "RecordFeed",
     "RecordStore",
+    "SharedFeed",
     "StoreUnavailable",
     "StreamConfigConflict",
     "StreamKind",

@@ -10,6 +10,8 @@ direct get), or `watch` a pattern (the current values, then every change).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Final, Self
 
@@ -20,6 +22,7 @@ from nats.js.api import DeliverPolicy
 
 from dispatch_nats._feed import OrderedFeed
 from dispatch_nats._wire import (
+    EXPECTED_LAST_SUBJECT_SEQ,
     PUB_ACK_DECODER,
     NoResponders,
     ReplyTimeout,
@@ -28,10 +31,19 @@ from dispatch_nats._wire import (
     parse_nats_time,
 )
 from dispatch_nats.contract import DEFAULT_LAYOUT, Layout, StreamKind, _validate_token
-from dispatch_nats.errors import InvalidName, StoreUnavailable, StreamNotFound, api_error
+from dispatch_nats.errors import (
+    ConcurrencyConflict,
+    InvalidName,
+    StoreUnavailable,
+    StreamNotFound,
+    api_error,
+)
+from dispatch_nats.shared import SharedFeed
 
 __all__ = ["LatestEntry", "LatestFeed", "LatestStore"]
 
+_ERR_WRONG_LAST_SEQ: Final = 10071
+_WRONG_LAST_SEQ: Final = re.compile(r"wrong last sequence: (\d+)")
 _KEY_NAMES: Final = {
     StreamKind.DISCOVERY: ("cluster name", "job id"),
     StreamKind.STATUS: ("job id",),
@@ -49,6 +61,8 @@ class LatestEntry(msgspec.Struct, frozen=True, kw_only=True):
     """The encoded value."""
     time: datetime
     """When JetStream stored it (UTC)."""
+    headers: dict[str, str] = {}
+    """The headers it was put with (without JetStream's own `Nats-*` headers)."""
 
 
 class LatestFeed:
@@ -92,6 +106,7 @@ class LatestFeed:
             seq=meta.sequence.stream,
             payload=msg.data,
             time=meta.timestamp,
+            headers=_user_headers(msg),
         )
 
 
@@ -200,14 +215,31 @@ class LatestStore:
             _validate_token(name, token)
         return tokens
 
-    async def put(self, key: tuple[str, ...], payload: bytes) -> int:
+    async def put(
+        self,
+        key: tuple[str, ...],
+        payload: bytes,
+        *,
+        expected_last_seq: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> int:
         """Make `payload` the current value of `key`; return its stream seq.
 
         Not retried here: on a timeout the value may or may not be stored, and re-sending
-        an old value could overwrite a newer one; the caller puts its next value instead.
+        an old value could overwrite a newer one; the caller `get`s and decides.
+
+        Args:
+            key: `(cluster, job)` for a Discovery, `(job,)` for a Status.
+            payload: the encoded value.
+            expected_last_seq: store only if the key's current value has this seq (0: the
+                key has no value yet), so a slower writer never overwrites a newer value
+                it has not seen; None to overwrite unconditionally.
+            headers: extra headers stored with the value and returned in `LatestEntry`
+                (e.g. a wake-up time); names starting with `Nats-` are reserved.
 
         Raises:
-            InvalidName: bad key.
+            ConcurrencyConflict: the key's current seq is not `expected_last_seq`.
+            InvalidName: bad key, or a reserved header name.
             StreamNotFound: the stream does not answer (missing, or no leader).
             StoreUnavailable: no ack within `ack_timeout_s` (outcome unknown), or the
                 connection is closed.
@@ -216,8 +248,17 @@ class LatestStore:
         """
         subject = self.subject(key)
         what = f"put {subject!r}"
+        sent: dict[str, str] = {}
+        for name, value in (headers or {}).items():
+            if name.lower().startswith("nats-"):
+                raise InvalidName("header name", name, "names starting with 'Nats-' are reserved")
+            sent[name] = value
+        if expected_last_seq is not None:
+            sent[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seq)
         try:
-            reply = await self._wire.request(what, subject, payload, timeout_s=self._ack_timeout_s)
+            reply = await self._wire.request(
+                what, subject, payload, timeout_s=self._ack_timeout_s, headers=sent or None
+            )
         except ReplyTimeout:
             raise StoreUnavailable(
                 what, f"no ack within {self._ack_timeout_s} s (it may still be stored)"
@@ -229,6 +270,9 @@ class LatestStore:
         except msgspec.DecodeError as err:
             raise StoreUnavailable(what, f"undecodable ack {reply.data[:200]!r}") from err
         if ack.error is not None:
+            m = _WRONG_LAST_SEQ.search(ack.error.description)
+            if ack.error.err_code == _ERR_WRONG_LAST_SEQ and m and expected_last_seq is not None:
+                raise ConcurrencyConflict(key[-1], expected_last_seq, int(m.group(1)))
             raise api_error(what, ack.error.code, ack.error.err_code, ack.error.description)
         return ack.seq
 
@@ -304,6 +348,51 @@ class LatestStore:
         )
         return LatestFeed(feed, self)
 
+    def shared(
+        self,
+        durable: str,
+        pattern: tuple[str, ...] = (),
+        *,
+        ack_wait_s: float = 30.0,
+        max_deliver: int = -1,
+        max_ack_pending: int = 1000,
+        batch: int = 64,
+        from_start: bool = True,
+    ) -> SharedFeed:
+        """Share the changes of keys matching `pattern` among replicas: each to one of them.
+
+        A durable pull consumer named `durable` (the same in every replica), headers only:
+        each `Delivery` names the job (the key's last token) and seq; `get` the value if
+        needed and ack when done.
+
+        Args:
+            durable: the consumer's name (a subject-safe token), e.g. `supervisor-discovery`.
+            pattern: tokens or `*`, padded with `*` (`()` is every key).
+            ack_wait_s: redeliver a message not acked within this many seconds.
+            max_deliver: most deliveries of one message (-1: unlimited).
+            max_ack_pending: most unacked messages over all replicas.
+            batch: most messages this replica fetches at once.
+            from_start: a new consumer starts with the current values (else at the next change).
+
+        Raises:
+            InvalidName: bad pattern or consumer name.
+        """
+        return SharedFeed(
+            self._wire.nc,
+            stream=self._stream,
+            durable=durable,
+            filter_subject=self.pattern(pattern),
+            job_of=lambda subject: self.key_of(subject)[-1],
+            api_prefix=self._layout.api_prefix,
+            ack_wait_s=ack_wait_s,
+            max_deliver=max_deliver,
+            max_ack_pending=max_ack_pending,
+            batch=batch,
+            headers_only=True,
+            from_start=from_start,
+            timeout_s=self._read_timeout_s,
+        )
+
     def _entry(self, msg: Msg) -> LatestEntry:
         headers = msg.headers or {}
         return LatestEntry(
@@ -311,4 +400,9 @@ class LatestStore:
             seq=int(headers["Nats-Sequence"]),
             payload=msg.data,
             time=parse_nats_time(headers["Nats-Time-Stamp"]),
+            headers=_user_headers(msg),
         )
+
+
+def _user_headers(msg: Msg) -> dict[str, str]:
+    return {k: v for k, v in (msg.headers or {}).items() if not k.lower().startswith("nats-")}

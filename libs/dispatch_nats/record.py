@@ -56,6 +56,7 @@ from dispatch_nats.errors import (
     StreamNotFound,
     api_error,
 )
+from dispatch_nats.shared import SharedFeed
 
 __all__ = ["MAX_BATCH", "RecordChange", "RecordEntry", "RecordFeed", "RecordStore"]
 
@@ -603,6 +604,52 @@ class RecordStore:
             timeout_s=self._read_timeout_s,
         )
         return RecordFeed(feed, self._layout)
+
+    def shared(
+        self,
+        durable: str,
+        *,
+        ack_wait_s: float = 30.0,
+        max_deliver: int = -1,
+        max_ack_pending: int = 1000,
+        batch: int = 64,
+        from_start: bool = True,
+    ) -> SharedFeed:
+        """Share the appends to every job's record among replicas: each to one of them.
+
+        A durable pull consumer named `durable` (the same in every replica), headers only:
+        each `Delivery` names a job and seq; ack it when the job's pass is done.
+
+        Args:
+            durable: the consumer's name (a subject-safe token), e.g. `supervisor`.
+            ack_wait_s: redeliver a message not acked within this many seconds.
+            max_deliver: most deliveries of one message (-1: unlimited).
+            max_ack_pending: most unacked messages over all replicas.
+            batch: most messages this replica fetches at once.
+            from_start: a new consumer starts at the first event (else at the next one).
+
+        Returns:
+            A feed to use as `async with store.shared("supervisor") as work: async for d in
+            work`.
+
+        Raises:
+            InvalidName: `durable` is not a subject-safe token.
+        """
+        return SharedFeed(
+            self._wire.nc,
+            stream=self._stream,
+            durable=durable,
+            filter_subject=self._layout.record_filter,
+            job_of=self._layout.job_id_from_record_subject,
+            api_prefix=self._layout.api_prefix,
+            ack_wait_s=ack_wait_s,
+            max_deliver=max_deliver,
+            max_ack_pending=max_ack_pending,
+            batch=batch,
+            headers_only=True,
+            from_start=from_start,
+            timeout_s=self._read_timeout_s,
+        )
 
 
 class _PageIter:
