@@ -1,0 +1,152 @@
+"""Record appends (expected seq + msg id, many in flight) vs pipelined raw JetStream publishes.
+
+A busy supervisor appends to many jobs at once, each job's appends one after another (the
+next expected seq is the previous append's). This runs that shape through
+`RecordStore.append` on `--jobs` job records, and the same number of messages with the same
+bytes to the same subjects as raw `js.publish_async` (no headers, pipelined), in interleaved
+rounds against one private nats-server it starts, and prints both rates and their ratio.
+
+    python bench/append.py [--jobs 1000] [--events-per-job 10] [--rounds 3] [--in-flight 1000]
+
+The last line is one JSON object: {"append_per_s", "raw_per_s", "ratio"} (target ratio >= 0.5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nats
+from nats.aio.client import Client as NATS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.servers
+
+from dispatch_nats import Layout, RecordStore, ensure_streams
+from tests.servers.nats import NatsServer
+
+
+async def append_round(
+    store: RecordStore,
+    jobs: list[str],
+    last: dict[str, int],
+    events: int,
+    in_flight: int,
+    payload: bytes,
+    round_no: int,
+) -> float:
+    """Append `events` events to each job, at most `in_flight` appends waiting; seconds taken."""
+    slots = asyncio.Semaphore(in_flight)
+
+    async def job_events(job: str) -> None:
+        for k in range(events):
+            async with slots:
+                last[job] = await store.append(
+                    job,
+                    payload,
+                    expected_last_seq=last[job],
+                    msg_id=f"{job}:{round_no}:{k}",
+                )
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(job_events(j) for j in jobs))
+    return time.perf_counter() - t0
+
+
+async def raw_round(nc: NATS, subjects: list[str], events: int, payload: bytes) -> float:
+    """Publish `events` messages to each subject with `publish_async`; seconds until all acked."""
+    js = nc.jetstream()
+    t0 = time.perf_counter()
+    futures = []
+    for _ in range(events):
+        for subject in subjects:
+            futures.append(await js.publish_async(subject, payload))
+    # Bounded: publish_async's future never resolves on a server error (nats.py#985).
+    await asyncio.wait_for(asyncio.gather(*futures), 120)
+    return time.perf_counter() - t0
+
+
+async def run(args: argparse.Namespace) -> dict[str, float]:
+    payload = b"x" * args.payload
+    with tempfile.TemporaryDirectory(prefix="bench-append-") as tmp:
+        server = NatsServer(Path(tmp) / "store")
+        server.start()
+        try:
+            nc = await nats.connect(server.url)
+            try:
+                return await measure(nc, args, payload)
+            finally:
+                await nc.close()
+        finally:
+            server.stop()
+
+
+async def measure(nc: NATS, args: argparse.Namespace, payload: bytes) -> dict[str, float]:
+    # Two identical record streams (the contract's config) so both modes write into a
+    # stream of the same size; the subjects differ only by the namespace prefix.
+    append_layout, raw_layout = Layout(namespace="bench-a"), Layout(namespace="bench-r")
+    await ensure_streams(nc, layout=append_layout)
+    await ensure_streams(nc, layout=raw_layout)
+    store = RecordStore(nc, layout=append_layout, max_in_flight=max(args.in_flight, 1))
+    jobs = [f"job-{i}" for i in range(args.jobs)]
+    raw_subjects = [raw_layout.record_subject(j) for j in jobs]
+    last = dict.fromkeys(jobs, 0)
+    n = args.jobs * args.events_per_job
+
+    # Warm-up (connections, subscriptions, stream files), not counted.
+    await raw_round(nc, raw_subjects[:100], 1, payload)
+    await append_round(store, jobs[:100], last, 1, args.in_flight, payload, -1)
+
+    append_s = raw_s = 0.0
+    for r in range(args.rounds):
+        raw_t = await raw_round(nc, raw_subjects, args.events_per_job, payload)
+        append_t = await append_round(
+            store, jobs, last, args.events_per_job, args.in_flight, payload, r
+        )
+        raw_s += raw_t
+        append_s += append_t
+        print(
+            f"round {r + 1}: append {n / append_t:,.0f}/s, raw {n / raw_t:,.0f}/s, "
+            f"ratio {raw_t / append_t:.2f}",
+            flush=True,
+        )
+
+    counts = await store.job_event_counts()
+    warm = set(jobs[:100])
+    wrong = [j for j in jobs if counts.get(j) != args.rounds * args.events_per_job + (j in warm)]
+    if wrong:
+        raise RuntimeError(f"records with a wrong number of events: {wrong[:10]}")
+    await store.aclose()
+
+    append_per_s = n * args.rounds / append_s
+    raw_per_s = n * args.rounds / raw_s
+    print(
+        f"append (expected seq + msg id, {args.in_flight} in flight, {args.jobs} jobs): "
+        f"{append_per_s:,.0f}/s"
+    )
+    print(f"raw js.publish_async (no headers, pipelined): {raw_per_s:,.0f}/s")
+    print(f"ratio append/raw: {append_per_s / raw_per_s:.2f} (target >= 0.5)")
+    return {
+        "append_per_s": round(append_per_s, 1),
+        "raw_per_s": round(raw_per_s, 1),
+        "ratio": round(append_per_s / raw_per_s, 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--jobs", type=int, default=1000, help="job records (default 1000)")
+    parser.add_argument("--events-per-job", type=int, default=10, help="per job and round")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per mode")
+    parser.add_argument("--in-flight", type=int, default=1000, help="appends waiting at once")
+    parser.add_argument("--payload", type=int, default=200, help="bytes per message")
+    result = asyncio.run(run(parser.parse_args()))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
