@@ -1,0 +1,1200 @@
+"""``next_steps``: the planner of one supervisor pass (DESIGN.md section 4;
+docs/core-semantics.md, "The planner").
+
+The planner is sans-I/O (h11's shape): it reads a folded :class:`~dispatch_core.job.Job`,
+what the backend shows now (a :class:`~dispatch_core.state.Discovery`), the backend's
+:class:`~dispatch_core.state.Declarations` and ``now``, and returns a
+:class:`~dispatch_core.steps.Pass` whose steps the supervisor carries out. It never carries
+anything out itself, and the same inputs always give the same steps.
+
+A pass is computed *as if its own commits were already applied*: every event a step
+commits (a ``Commit``'s event, a ``Launch``'s or ``Stop``'s intent) is folded into a working
+copy of the job before the next rule looks at it, with :func:`~dispatch_core.fold.fold`
+itself, so the planner and the record can't disagree on what an event means. Once a pass's
+commits and intents are in the record, planning again with the same discovery and ``now``
+gives nothing but ``Deliver`` (the planner is idempotent).
+
+The rules run in this order, one function per rule family:
+
+1. :func:`_found_launches`: objects matched to unknown launches; duplicates stopped.
+2. :func:`_endings`: executions that ended, recorded; the current one decided by
+   :func:`_decide_ending` (an object ending is not the job ending).
+3. :func:`_fence`: the node-loss fence.
+4. :func:`_holds`: overdue holds, the cessation signal, a ceased answer lifting a hold.
+5. :func:`_launches`: submissions opened and launched, ``refused:<N>``.
+6. :func:`_unknown_launches`: ``all-unknown:<N>`` and ``unmatched:<N>/<a>``.
+7. :func:`_gates`: start gates opened; ``admin-held:<id>``.
+8. :func:`_foreign`: ``foreign:<id>``.
+9. :func:`_stops`: objects that must stop (outcome, duplicates), emergency stops, re-asks.
+10. :func:`_cleanup`: ``cleanup-deadline``.
+11. :func:`_deliver`: the escalations the record held undelivered.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Final, assert_never
+
+from dispatch_core.constants import CESSATION_INTERVAL_S, SUPERVISOR
+from dispatch_core.events import (
+    EscalationCommitted,
+    ExecutionEnded,
+    HoldPlaced,
+    HoldReleased,
+    JobEvent,
+    LaunchIntended,
+    LaunchRecorded,
+    NodeLossObserved,
+    OutcomeCommitted,
+    RecoveryCommitted,
+    StopRequested,
+    SubmissionOpened,
+)
+from dispatch_core.fold import fold
+from dispatch_core.job import Attempt, Hold, Job, LaunchOutcome, ObjectRecord, Submission
+from dispatch_core.project import settled
+from dispatch_core.state import (
+    Action,
+    Cause,
+    CauseKind,
+    Declarations,
+    Discovery,
+    GateState,
+    HoldKind,
+    ObjectPhase,
+    ObjectRef,
+    ObservedObject,
+    PlannedRule,
+    Provenance,
+    State,
+    UnknownLaunchPolicy,
+)
+from dispatch_core.steps import (
+    AskCessation,
+    Commit,
+    Deliver,
+    Launch,
+    OpenGate,
+    Pass,
+    Step,
+    Stop,
+)
+
+__all__ = ["GONE_DETAIL", "STOP_INTERVAL_S", "next_steps"]
+
+STOP_INTERVAL_S: Final = 60.0
+"""Seconds between two asks to stop an object that is still alive (docs/core-semantics.md,
+planner rule 9): a stop lost on the way is asked again, so the job can settle."""
+
+GONE_DETAIL: Final = "object no longer shown by the scheduler"
+"""The detail of the cause recorded for an object the scheduler stopped showing."""
+
+_RUNNING: Final = frozenset({ObjectPhase.RUNNING, ObjectPhase.STOPPING})
+_RECOVERY_WHYS: Final = frozenset({"recovery", "ceased"})
+"""``SubmissionOpened.why`` of the submissions a non-native ``RecoveryCommitted`` opens."""
+
+
+class _Pass:
+    """The working state of one pass: the job as if this pass's commits were applied, and
+    the steps decided so far, by kind, in the order they are carried out."""
+
+    __slots__ = (
+        "asks",
+        "commits",
+        "declarations",
+        "discovery",
+        "foreign",
+        "gates",
+        "given",
+        "job",
+        "launches",
+        "now",
+        "own",
+        "stops",
+        "wakes",
+    )
+
+    def __init__(
+        self, job: Job, discovery: Discovery | None, declarations: Declarations, now: datetime
+    ) -> None:
+        self.given = job
+        self.job = job
+        self.discovery = discovery
+        self.declarations = declarations
+        self.now = now
+        self.own: dict[ObjectRef, ObservedObject] = {}
+        self.foreign: list[ObservedObject] = []
+        if discovery is not None:
+            for obj in discovery.objects:
+                if obj.foreign:
+                    self.foreign.append(obj)
+                else:
+                    self.own[obj.ref] = obj
+        self.commits: list[Step] = []
+        self.stops: list[Step] = []
+        self.gates: list[Step] = []
+        self.launches: list[Step] = []
+        self.asks: list[Step] = []
+        self.wakes: list[datetime] = []
+
+    # -- keys, wakes, applying --------------------------------------------------------------
+
+    def key(self, what: str, which: object) -> str:
+        """The idempotency key ``<job>:<what>:<which>`` (the shell's ``Nats-Msg-Id``)."""
+        return f"{self.job.job_id}:{what}:{which}"
+
+    def wake(self, at: datetime) -> None:
+        """Note a deadline; only a future one can wake the job."""
+        if at > self.now:
+            self.wakes.append(at)
+
+    def apply(self, event: JobEvent) -> None:
+        """Fold ``event`` into the working job, as the record will once it is committed."""
+        self.job = fold(((self.job.seq + 1, event),), self.now, prior=self.job)
+
+    def commit(self, what: str, which: object, event: JobEvent) -> None:
+        """Decide a ``Commit`` step and apply its event."""
+        self.commits.append(Commit(key=self.key(what, which), event=event))
+        self.apply(event)
+
+    def escalate(self, escalation_id: str, detail: str) -> None:
+        """Commit an escalation, once per id over the job's life (seed 002: "Each
+        escalation is committed once, keyed by its ID")."""
+        if self.job.escalation(escalation_id) is None:
+            self.commit(
+                "escalation",
+                escalation_id,
+                EscalationCommitted(
+                    job_id=self.job.job_id, at=self.now, id=escalation_id, detail=detail
+                ),
+            )
+
+    def stop(
+        self,
+        ref: ObjectRef,
+        why: str,
+        *,
+        emergency: bool = False,
+        submission: int | None = None,
+        attempt: int | None = None,
+    ) -> None:
+        """Decide a ``Stop`` step (its intent is applied at once)."""
+        record = self.job.object(ref)
+        if emergency:
+            which = f"{ref}:{_iso(self.job.emergency_stop_at)}"
+            what = "emergency-stop"
+        else:
+            which = f"{ref}:{why}:{_iso(None if record is None else record.stop_requested_at)}"
+            what = "stop"
+        intent = StopRequested(
+            job_id=self.job.job_id,
+            at=self.now,
+            ref=ref,
+            why=why,
+            emergency=emergency,
+            submission=submission,
+            attempt=attempt,
+        )
+        self.stops.append(Stop(key=self.key(what, which), intent=intent))
+        self.apply(intent)
+
+    # -- what the rules ask of the job ------------------------------------------------------
+
+    def primary(self) -> ObjectRecord | None:
+        """The current submission's object: the first object the record holds as launched
+        for the current N (a later one of the same N is a duplicate of it)."""
+        sub = self.job.submission
+        if sub is None:
+            return None
+        for obj in self.job.objects:
+            if obj.submission == sub.number and not obj.duplicate:
+                return obj
+        return None
+
+    def decidable(self) -> bool:
+        """Whether an ending of the current execution may be decided now: no outcome, and
+        no recovery hold (the decision that already stands)."""
+        hold = self.job.hold
+        return self.job.outcome is None and (hold is None or hold.kind is HoldKind.ACTOR)
+
+    def settled(self) -> bool:
+        """Whether the job, as if this pass's commits were applied, has settled."""
+        return settled(self.job, self.discovery)
+
+
+def next_steps(
+    job: Job, discovery: Discovery | None, declarations: Declarations, now: datetime
+) -> Pass:
+    """Plan one supervisor pass of ``job`` (DESIGN.md section 4; docs/core-semantics.md,
+    "The planner").
+
+    Args:
+        job: the job's folded record.
+        discovery: what the backend shows now of the job's objects, or ``None`` when nothing
+            has been seen (then only record-driven steps happen).
+        declarations: what the job's backend declares now (node-loss window in seconds,
+            native actions, optional cessation signal and emergency stop).
+        now: the time of the pass (timezone-aware).
+
+    Returns:
+        The pass: ``Commit`` steps first, then actions (stops, gates, launches, cessation
+        asks), then ``Deliver`` of the escalations the record held undelivered; ``wake_at``
+        is the earliest future deadline; ``settled`` whether the job, with this pass's
+        commits applied, has an outcome and nothing of it can still act.
+
+    Raises:
+        ValueError: ``discovery`` is another job's.
+    """
+    if discovery is not None and discovery.job_id != job.job_id:
+        raise ValueError(
+            f"next_steps: discovery of job {discovery.job_id!r} given for job {job.job_id!r}"
+        )
+    p = _Pass(job, discovery, declarations, now)
+    _found_launches(p)
+    _endings(p)
+    _fence(p)
+    _holds(p)
+    _launches(p)
+    _unknown_launches(p)
+    _gates(p)
+    _foreign(p)
+    _stops(p)
+    _cleanup(p)
+    deliver = _deliver(p)
+    steps = (*p.commits, *p.stops, *p.gates, *p.launches, *p.asks, *deliver)
+    return Pass(steps=steps, wake_at=min(p.wakes, default=None), settled=p.settled())
+
+
+# -- 1. found launches ----------------------------------------------------------------------
+
+
+def _found_launches(p: _Pass) -> None:
+    """Match own objects to the record; record a launch found for an unknown attempt, stop
+    a duplicate.
+
+    Seed 002, "all-unknown:<N> or unmatched:<N>/<a>": "A Start call's outcome stayed
+    unknown ... and no object turned up for it": an object that does turn up for an unknown
+    attempt is that launch (``LaunchRecorded(found=True)``). An object for an attempt that
+    was abandoned, refused or never intended, or a second object for an attempt that has one,
+    is a duplicate: stopped once (seed 000: the kind list has ``duplicate``), its end recorded
+    but never driving recovery.
+    """
+    job = p.job
+    for obs in p.own.values():
+        if job.object(obs.ref) is not None:
+            continue
+        assert obs.submission is not None  # own objects are not foreign
+        assert obs.attempt is not None
+        attempt = _attempt(p.job, obs.submission, obs.attempt)
+        if attempt is not None and attempt.outcome is LaunchOutcome.UNKNOWN:
+            p.commit(
+                "found",
+                f"{obs.submission}/{obs.attempt}",
+                LaunchRecorded(
+                    job_id=job.job_id,
+                    at=p.now,
+                    submission=obs.submission,
+                    attempt=obs.attempt,
+                    ref=obs.ref,
+                    found=True,
+                ),
+            )
+        elif obs.alive:
+            p.stop(obs.ref, "duplicate", submission=obs.submission, attempt=obs.attempt)
+
+
+# -- 2. endings -----------------------------------------------------------------------------
+
+
+def _endings(p: _Pass) -> None:
+    """Record every execution that ended, and decide the current one's.
+
+    Seed 000, "An object ending is not the job ending": "When an object ends, the scheduler
+    is done with it, but the job isn't necessarily done. The plan decides." Each earlier
+    execution an object reports (a native requeue or restart), and its current one once
+    its phase is ``ended``, is recorded once (``ExecutionEnded``); an object the scheduler
+    no longer shows is *gone*, its execution ended (cause ``unknown`` from the scheduler, or
+    ``cancelled`` by dispatch when dispatch had asked it to stop). Only the current
+    submission's object drives the job: its new endings go to :func:`_decide_ending`, in
+    order. A decision a crash separated from its ending is made again (:func:`_resume`).
+    """
+    _resume_recovery(p)
+    decided = False
+    for record in tuple(p.job.objects):
+        obs = p.own.get(record.ref)
+        for restart, cause in _new_endings(p, record, obs):
+            p.commit(
+                "ended",
+                f"{record.ref}/{restart}",
+                ExecutionEnded(
+                    job_id=p.job.job_id,
+                    at=p.now,
+                    ref=record.ref,
+                    restart=restart,
+                    cause=cause,
+                    submission=record.submission,
+                ),
+            )
+            primary = p.primary()
+            if primary is not None and primary.ref == record.ref and p.decidable():
+                lived_on = obs is not None and obs.restarts > restart
+                _decide_ending(p, record.ref, restart, cause, lived_on=lived_on)
+                decided = True
+    # Own objects the record still doesn't hold are duplicates seen only once ended: their
+    # end is recorded (which registers them), and never drives recovery.
+    for obs in p.own.values():
+        if p.job.object(obs.ref) is None and obs.phase is ObjectPhase.ENDED:
+            assert obs.submission is not None
+            for execution in obs.executions:
+                _record_duplicate_end(p, obs, execution.restart, execution.cause)
+            if obs.restarts not in {e.restart for e in obs.executions}:
+                _record_duplicate_end(p, obs, obs.restarts, _ended_cause(obs))
+    if not decided:
+        _resume_decision(p)
+
+
+def _record_duplicate_end(p: _Pass, obs: ObservedObject, restart: int, cause: Cause) -> None:
+    record = p.job.object(obs.ref)
+    if record is not None and restart in record.ended:
+        return
+    assert obs.submission is not None
+    p.commit(
+        "ended",
+        f"{obs.ref}/{restart}",
+        ExecutionEnded(
+            job_id=p.job.job_id,
+            at=p.now,
+            ref=obs.ref,
+            restart=restart,
+            cause=cause,
+            submission=obs.submission,
+        ),
+    )
+
+
+def _new_endings(
+    p: _Pass, record: ObjectRecord, obs: ObservedObject | None
+) -> list[tuple[int, Cause]]:
+    """The executions of ``record`` that ended and the record doesn't hold, oldest first."""
+    ended = set(record.ended)
+    out: list[tuple[int, Cause]] = []
+    if obs is not None:
+        for execution in obs.executions:
+            if execution.restart not in ended:
+                ended.add(execution.restart)
+                out.append((execution.restart, execution.cause))
+        if obs.phase is ObjectPhase.ENDED and obs.restarts not in ended:
+            out.append((obs.restarts, _ended_cause(obs)))
+        return out
+    restart = _gone_restart(p, record)
+    if restart is not None:
+        if record.stop_requested_at is not None:
+            cause = Cause(
+                kind=CauseKind.CANCELLED,
+                provenance=Provenance.ACTOR,
+                actor=SUPERVISOR,
+                detail=f"{GONE_DETAIL} after dispatch asked it to stop ({record.stop_why})",
+                at=p.now,
+            )
+        else:
+            cause = Cause(
+                kind=CauseKind.UNKNOWN, provenance=Provenance.SCHEDULER, detail=GONE_DETAIL
+            )
+        out.append((restart, cause))
+    return out
+
+
+def _gone_restart(p: _Pass, record: ObjectRecord) -> int | None:
+    """R of the execution of ``record`` to record ended because the scheduler no longer
+    shows the object, or ``None`` when it isn't gone (or its end is already recorded).
+
+    A Discovery taken before the object could show proves nothing: the object is gone only
+    if the discovery of its cluster was seen after the record knew the object visible (its
+    gate opened, its node loss seen, a stop asked), or at least the unresolved age after its
+    launch was intended (the age after which seed 002 says a launch nobody can see is
+    lost). Its execution R is 0 (or the one that lost its node) when none ended yet; for
+    the current submission's object whose earlier executions each lived on (native
+    recoveries), the next R.
+    """
+    discovery = p.discovery
+    if discovery is None or record.ref.cluster != discovery.cluster or record.fenced:
+        return None
+    visible = [
+        t
+        for t in (record.gate_opened_at, record.node_loss_since, record.stop_requested_at)
+        if t is not None
+    ]
+    if not visible:
+        attempt = _attempt(p.job, record.submission, record.attempt)
+        if attempt is not None:
+            visible.append(attempt.intended_at + timedelta(seconds=p.job.spec.unresolved_age_s))
+    if not visible or discovery.seen_at <= max(visible):
+        return None
+    if not record.ended:
+        return record.node_loss_restart or 0
+    primary = p.primary()
+    if (
+        primary is not None
+        and primary.ref == record.ref
+        and p.job.hold is None
+        and p.job.outcome is None
+    ):
+        return max(record.ended) + 1
+    return None
+
+
+def _ended_cause(obs: ObservedObject) -> Cause:
+    """The cause of an ended object's current execution; an adapter that gives none is
+    reported as ``unknown`` from the scheduler, never guessed (seed 000, "State and cause")."""
+    if obs.cause is not None:
+        return obs.cause
+    return Cause(
+        kind=CauseKind.UNKNOWN,
+        provenance=Provenance.SCHEDULER,
+        detail="the scheduler showed the object ended without a cause",
+    )
+
+
+def _resume_recovery(p: _Pass) -> None:
+    """Open the submission a committed recovery opens, when a crash separated them.
+
+    Seed 000: "a rule with budget left: the job is recovering, and the supervisor starts
+    the next submission". Each non-native ``RecoveryCommitted`` is committed with its
+    ``SubmissionOpened``; if the record holds one without the other, the submission is
+    opened now, and no budget is spent twice.
+    """
+    job = p.job
+    recoveries = [r for r in job.recoveries if not r.native]
+    opened = sum(1 for s in job.submissions if s.why in _RECOVERY_WHYS)
+    if job.outcome is None and len(recoveries) > opened and job.submission is not None:
+        _open_submission(p, "recovery", recoveries[-1].cause)
+
+
+def _resume_decision(p: _Pass) -> None:
+    """Decide the current execution's end when the record holds it undecided.
+
+    Every decision on a final end (the object no longer runs) opens a submission, places a
+    hold or commits an outcome in the pass that records the end; a current object that ended
+    for good with none of those is an end whose decision a crash lost. It is decided now, on
+    the cause the scheduler shows (or the record's last ending cause).
+    """
+    primary = p.primary()
+    if primary is None or not primary.ended or not p.decidable():
+        return
+    obs = p.own.get(primary.ref)
+    if not primary.fenced:
+        if p.discovery is None:
+            return
+        if obs is not None and (obs.alive or obs.restarts not in primary.ended):
+            return
+    cause = obs.cause if obs is not None and obs.cause is not None else p.job.ended_cause
+    if cause is None:
+        return
+    _decide_ending(p, primary.ref, max(primary.ended), cause, lived_on=False)
+
+
+# -- the decision on an ending ----------------------------------------------------------------
+
+
+def _decide_ending(p: _Pass, ref: ObjectRef, restart: int, cause: Cause, *, lived_on: bool) -> None:
+    """Apply the plan to an execution of the current submission's object that ended.
+
+    Seed 000, "An object ending is not the job ending": "a rule with budget left: the job is
+    recovering, and the supervisor starts the next submission; a hold rule: the job is held
+    under a recovery hold, until a person resubmits, cancels or gives up; no rule, a spent
+    budget, an escalate rule, or a rule nobody enforces: the job is failed, with the cause
+    that ended the execution, and an escalation." ``none`` is success, and "cancelled from
+    the scheduler is final". "restart and requeue are carried out only by a backend that
+    enforces them natively": when the object ``lived_on`` (the scheduler ran it again) under
+    a rule with budget left, that is the rule's recovery (``native``); a rule that wants
+    something else stops it (why ``recovery``).
+
+    Args:
+        p: the pass.
+        ref: the object.
+        restart: R of the execution that ended.
+        cause: why it ended.
+        lived_on: whether the scheduler ran the object again after it (a later execution).
+    """
+    kind = cause.kind
+    if kind is CauseKind.NONE:
+        _outcome(p, State.SUCCEEDED, cause)
+        return
+    if kind is CauseKind.CANCELLED:
+        # A cancel that reached the scheduler is never undone by recovery (seed 000).
+        _outcome(p, State.CANCELLED, cause)
+        return
+    rule = p.job.plan.rule_for(kind)
+    if rule is None:
+        _fail(p, ref, cause, f"no rule covers {kind}", lived_on=lived_on)
+        return
+    if rule.unenforced is not None:
+        _fail(
+            p,
+            ref,
+            cause,
+            f"rule {rule.rule} ({rule.action} on {kind}): {rule.unenforced}",
+            lived_on=lived_on,
+        )
+        return
+    match rule.action:
+        case Action.ESCALATE:
+            _fail(
+                p,
+                ref,
+                cause,
+                f"the escalate rule (rule {rule.rule}) covers {kind}",
+                lived_on=lived_on,
+            )
+        case Action.HOLD:
+            if lived_on:
+                p.stop(ref, "recovery")
+            _place_recovery_hold(p, rule, cause)
+        case Action.RESUBMIT | Action.RESTART | Action.REQUEUE:
+            if p.job.spent(rule.rule) >= rule.budget:
+                _fail(p, ref, cause, _spent(rule, kind), lived_on=lived_on)
+            elif lived_on:
+                _recover(p, ref, restart, rule, cause, native=True)
+            elif rule.action is Action.RESUBMIT:
+                _recover(p, ref, restart, rule, cause, native=False)
+                _open_submission(p, "recovery", cause)
+            else:
+                _fail(
+                    p,
+                    ref,
+                    cause,
+                    f"rule {rule.rule} ({rule.action} on {kind}) is the backend's, and the "
+                    f"backend did not {rule.action} the object: it ended for good",
+                    lived_on=False,
+                )
+        case _:
+            assert_never(rule.action)
+
+
+def _spent(rule: PlannedRule, kind: CauseKind) -> str:
+    on = ", ".join(rule.on)
+    return (
+        f"the budget of rule {rule.rule} ({rule.action} on {on}, budget {rule.budget}) is "
+        f"spent, and {kind} ended the execution again"
+    )
+
+
+def _recover(
+    p: _Pass,
+    ref: ObjectRef,
+    restart: int,
+    rule: PlannedRule,
+    cause: Cause,
+    *,
+    native: bool,
+) -> None:
+    action = rule.substituted_for or rule.action
+    p.commit(
+        "recovery",
+        f"{ref}/{restart}",
+        RecoveryCommitted(
+            job_id=p.job.job_id,
+            at=p.now,
+            rule=rule.rule,
+            action=action,
+            cause=cause,
+            native=native,
+        ),
+    )
+
+
+def _open_submission(p: _Pass, why: str, cause: Cause | None) -> None:
+    number = len(p.job.submissions) + 1
+    p.commit(
+        "submission",
+        number,
+        SubmissionOpened(job_id=p.job.job_id, at=p.now, submission=number, why=why, cause=cause),
+    )
+
+
+def _outcome(p: _Pass, state: State, cause: Cause) -> None:
+    """Commit the job's outcome; "Only a committed outcome is terminal" and it never
+    changes (seed 000), so a job with one gets no other."""
+    if p.job.outcome is None:
+        p.commit(
+            "outcome",
+            state,
+            OutcomeCommitted(job_id=p.job.job_id, at=p.now, state=state, cause=cause),
+        )
+
+
+def _fail(p: _Pass, ref: ObjectRef, cause: Cause, why: str, *, lived_on: bool) -> None:
+    """Fail the job "with the cause that ended the execution, and an escalation"
+    (``failed:<cause>``, seed 002: "The detail says why")."""
+    if lived_on:
+        p.stop(ref, "recovery")
+    _outcome(p, State.FAILED, cause)
+    words = f": {cause.detail}" if cause.detail else ""
+    p.escalate(
+        f"failed:{cause.kind}",
+        f"the job failed with {cause.kind} ({cause.provenance}{words}): {why}",
+    )
+
+
+def _place_recovery_hold(p: _Pass, rule: PlannedRule, cause: Cause) -> None:
+    """Place a recovery hold for a hold rule.
+
+    Seed 000: "a hold rule: the job is held under a recovery hold, until a person
+    resubmits, cancels or gives up". An actor hold already in force is replaced by it (the
+    job stays held; what a person may do with it is what a recovery hold allows), because
+    a record holds at most one hold in force.
+    """
+    job = p.job
+    current = job.hold
+    if current is not None:
+        p.commit(
+            "release",
+            current.instance,
+            HoldReleased(
+                job_id=job.job_id,
+                at=p.now,
+                instance=current.instance,
+                by=SUPERVISOR,
+                how="replaced",
+                reason=f"an execution ended with {cause.kind}; a recovery hold replaces it",
+            ),
+        )
+    instance = len(p.job.holds) + 1
+    if rule.substituted_for is not None:
+        reason = (
+            f"{cause.kind} ended the execution; the job shares a mutable checkpoint, so rule "
+            f"{rule.rule} ({rule.substituted_for}) became a hold until its processes are "
+            "known to have stopped (seed 004)"
+        )
+    else:
+        reason = f"{cause.kind} ended the execution; rule {rule.rule} holds the job for a person"
+    p.commit(
+        "hold",
+        instance,
+        HoldPlaced(
+            job_id=job.job_id,
+            at=p.now,
+            instance=instance,
+            kind=HoldKind.RECOVERY,
+            by=SUPERVISOR,
+            reason=reason,
+            deadline=p.now + timedelta(seconds=rule.hold_for_s),
+            cause=cause,
+            rule=rule.rule,
+            substituted_for=rule.substituted_for,
+        ),
+    )
+
+
+# -- 3. the node-loss fence -----------------------------------------------------------------
+
+
+def _fence(p: _Pass) -> None:
+    """The node-loss fence.
+
+    Seed 000, "The node-loss fence": "Inside the window the job is running with cause
+    node-lost ... Past it, Next asks for the object to be stopped, then applies the plan for
+    node-lost." The window (``declarations.node_loss_window_s``) runs from when the node
+    loss was first seen (``NodeLossObserved``); ``wake_at`` includes its end.
+    """
+    primary = p.primary()
+    if primary is None or p.job.outcome is not None or p.discovery is None:
+        return
+    obs = p.own.get(primary.ref)
+    if obs is None or obs.phase not in _RUNNING or obs.cause is None:
+        return
+    cause = obs.cause
+    if cause.kind is not CauseKind.NODE_LOST or obs.restarts in primary.ended:
+        return
+    since = primary.node_loss_since
+    if (
+        since is None
+        or primary.node_loss_restart != obs.restarts
+        or (cause.at is not None and cause.at > since)
+    ):
+        since = cause.at or p.discovery.seen_at
+        p.commit(
+            "node-loss",
+            f"{primary.ref}/{obs.restarts}@{_iso(since)}",
+            NodeLossObserved(
+                job_id=p.job.job_id,
+                at=p.now,
+                ref=primary.ref,
+                restart=obs.restarts,
+                since=since,
+                cause=cause,
+            ),
+        )
+    end = since + timedelta(seconds=p.declarations.node_loss_window_s)
+    if p.now < end:
+        p.wake(end)
+        return
+    p.stop(primary.ref, "fence")
+    p.commit(
+        "ended",
+        f"{primary.ref}/{obs.restarts}",
+        ExecutionEnded(
+            job_id=p.job.job_id,
+            at=p.now,
+            ref=primary.ref,
+            restart=obs.restarts,
+            cause=cause,
+            fenced=True,
+            submission=primary.submission,
+        ),
+    )
+    if p.decidable():
+        _decide_ending(p, primary.ref, obs.restarts, cause, lived_on=False)
+
+
+# -- 4. holds and cessation -----------------------------------------------------------------
+
+
+def _holds(p: _Pass) -> None:
+    """Escalate an overdue hold; ask the cessation signal; lift a hold on ``ceased``.
+
+    Seed 002, ``overdue:<instance>``: "a hold past its deadline. The hold stays in force;
+    dispatch never releases or fails a job on its own." Seed 004, "When a job can't
+    isolate": "While such a hold stands, the supervisor asks it about the ended object every
+    dispatch.CessationInterval, a minute, and records each answer in the record as a
+    cessation fact. A ceased answer lifts the hold, and the rule it stood in for applies
+    again: a resubmit rule with budget left starts the next submission. Without the
+    interface, or while the answer is no, the job waits for a person."
+    """
+    job = p.job
+    hold = job.hold
+    if hold is None or job.outcome is not None:
+        return
+    escalation_id = f"overdue:{hold.instance}"
+    if p.now >= hold.deadline:
+        p.escalate(
+            escalation_id,
+            f"hold {hold.instance} ({hold.kind}, by {hold.by.name}: {hold.reason}) is past its "
+            f"deadline {_iso(hold.deadline)}; it stays in force until a person decides",
+        )
+    elif job.escalation(escalation_id) is None:
+        p.wake(hold.deadline)
+    if hold.kind is not HoldKind.RECOVERY or hold.substituted_for is None:
+        return
+    primary = p.primary()
+    if primary is None:
+        return
+    asked = primary.cessation_asked_at
+    answered = asked is not None and asked >= hold.placed_at
+    if answered and primary.ceased:
+        _ceased(p, hold)
+        return
+    if not p.declarations.cessation_signal:
+        return
+    if answered and asked is not None:
+        next_ask = asked + timedelta(seconds=CESSATION_INTERVAL_S)
+        if p.now < next_ask:
+            p.wake(next_ask)
+            return
+    obs = p.own.get(primary.ref)
+    p.asks.append(
+        AskCessation(
+            key=p.key("ask-cessation", f"{primary.ref}:{_iso(asked)}"),
+            ref=primary.ref,
+            nodes=() if obs is None else obs.nodes,
+        )
+    )
+
+
+def _ceased(p: _Pass, hold: Hold) -> None:
+    """Lift a shared-checkpoint hold on a ceased answer and apply the rule it stood in for
+    (seed 004: "a resubmit rule with budget left starts the next submission")."""
+    job = p.job
+    p.commit(
+        "release",
+        hold.instance,
+        HoldReleased(
+            job_id=job.job_id,
+            at=p.now,
+            instance=hold.instance,
+            by=SUPERVISOR,
+            how="ceased",
+            reason="the backend's cessation signal says the ended object's processes are gone",
+        ),
+    )
+    primary = p.primary()
+    cause = hold.cause or job.ended_cause
+    if primary is None or cause is None or hold.rule is None:
+        return
+    rule = job.plan.rules[hold.rule]
+    original = hold.substituted_for
+    if original is Action.RESUBMIT and p.job.spent(rule.rule) < rule.budget:
+        restart = max(primary.ended, default=0)
+        _recover(p, primary.ref, restart, rule, cause, native=False)
+        _open_submission(p, "ceased", cause)
+    elif original is Action.RESUBMIT:
+        _fail(p, primary.ref, cause, _spent(rule, cause.kind), lived_on=False)
+    else:
+        _fail(
+            p,
+            primary.ref,
+            cause,
+            f"rule {rule.rule} ({original} on {cause.kind}) stood in for by a hold, and the "
+            f"object has ended: only the backend carries out {original}, on a live object",
+            lived_on=False,
+        )
+
+
+# -- 6. unknown launches ----------------------------------------------------------------------
+
+
+def _unknown_launches(p: _Pass) -> None:
+    """Escalate a launch whose outcome stayed unknown for the unresolved age.
+
+    Seed 002, "all-unknown:<N> or unmatched:<N>/<a>": "A Start call's outcome stayed unknown
+    for at least the job's unresolved age, 10 minutes unless WithUnresolvedAge set it, and
+    no object turned up for it." ``all-unknown:<N>`` when every attempt of N is unknown
+    (from the last attempt's intent); otherwise ``unmatched:<N>/<a>`` for each unknown
+    attempt. Every submission is checked: an unknown launch blocks settling.
+    """
+    age = timedelta(seconds=p.job.spec.unresolved_age_s)
+    for sub in p.job.submissions:
+        unknown = [a for a in sub.attempts if a.outcome is LaunchOutcome.UNKNOWN]
+        if not unknown:
+            continue
+        if len(unknown) == len(sub.attempts):
+            escalation_id = f"all-unknown:{sub.number}"
+            due = sub.attempts[-1].intended_at + age
+            if p.job.escalation(escalation_id) is not None:
+                continue
+            if p.now < due:
+                p.wake(due)
+                continue
+            p.escalate(
+                escalation_id,
+                f"no launch of submission {sub.number} is known to have made an object "
+                f"({len(unknown)} attempts, outcome unknown since {_iso(unknown[0].intended_at)}"
+                f"{_words(unknown[-1].detail)}); check the scheduler for an object named "
+                f"{_name(p.job.job_id)}, and if there is none, abandon submission {sub.number}",
+            )
+            continue
+        for attempt in unknown:
+            escalation_id = f"unmatched:{sub.number}/{attempt.attempt}"
+            due = attempt.intended_at + age
+            if p.job.escalation(escalation_id) is not None:
+                continue
+            if p.now < due:
+                p.wake(due)
+                continue
+            p.escalate(
+                escalation_id,
+                f"launch {sub.number}/{attempt.attempt} has an unknown outcome since "
+                f"{_iso(attempt.intended_at)}{_words(attempt.detail)}; check the scheduler "
+                f"for an object named {_name(p.job.job_id)}, and if there is none, abandon "
+                f"attempt {sub.number}/{attempt.attempt}",
+            )
+
+
+# -- 5. launches ------------------------------------------------------------------------------
+
+
+def _launches(p: _Pass) -> None:
+    """Open and launch submissions.
+
+    Seed 000: "a rule with budget left: the job is recovering, and the supervisor starts
+    the next submission". Seed 002: "After an all-unknown submission is abandoned, the
+    supervisor launches the next one"; ``refused:<N>``: "the scheduler refused every attempt
+    to launch". A refused launch is retried as the next attempt up to
+    ``spec.max_launch_attempts``; while a launch's outcome is unknown nothing more is
+    launched (policy ``wait``), or the next attempt is launched once the call came back
+    unknown (policy ``relaunch``). Nothing is launched with an outcome or a hold in force
+    (seed 002: a hold keeps the job from running until it is released).
+    """
+    job = p.job
+    if job.outcome is not None or job.hold is not None:
+        return
+    sub = job.submission
+    if sub is None:
+        _open_submission(p, "initial", None)
+        _launch(p)
+        return
+    attempts = sub.attempts
+    if any(a.outcome is LaunchOutcome.LAUNCHED for a in attempts):
+        return
+    last = attempts[-1] if attempts else None
+    if any(a.outcome is LaunchOutcome.UNKNOWN for a in attempts):
+        relaunch = job.spec.on_unknown_launch is UnknownLaunchPolicy.RELAUNCH
+        if (
+            relaunch
+            and last is not None
+            and last.outcome is LaunchOutcome.UNKNOWN
+            and last.detail  # the call came back unknown; not one in flight
+            and len(attempts) < job.spec.max_launch_attempts
+        ):
+            _launch(p)
+        return
+    if last is None:
+        _launch(p)
+        return
+    abandoned = any(
+        t.submission == sub.number and t.attempt is None and t.foreign is None
+        for t in job.abandoned
+    )
+    if abandoned:
+        _open_submission(p, "abandoned", sub.cause)
+        _launch(p)
+    elif len(attempts) < job.spec.max_launch_attempts:
+        _launch(p)
+    elif all(a.outcome is LaunchOutcome.REFUSED for a in attempts):
+        _refused(p, sub)
+    else:
+        # Attempts a person abandoned (no object) and refusals used every attempt: the
+        # submission made nothing, like an abandoned all-unknown one; launch the next.
+        _open_submission(p, "abandoned", sub.cause)
+        _launch(p)
+
+
+def _launch(p: _Pass) -> None:
+    """Launch the next attempt of the current submission, its start gate closed."""
+    job = p.job
+    sub = job.submission
+    assert sub is not None
+    attempt = len(sub.attempts) + 1
+    intent = LaunchIntended(job_id=job.job_id, at=p.now, submission=sub.number, attempt=attempt)
+    p.launches.append(
+        Launch(
+            key=p.key("launch", f"{sub.number}/{attempt}"),
+            intent=intent,
+            name=_name(job.job_id),
+            spec=job.spec,
+            generation=job.generation,
+            submission=sub.number,
+            attempt=attempt,
+            exclude_nodes=_lost_nodes(p),
+        )
+    )
+    p.apply(intent)
+
+
+def _lost_nodes(p: _Pass) -> tuple[str, ...]:
+    """Nodes of the job's executions that ended ``node-lost``, which a backend may avoid."""
+    nodes: set[str] = set()
+    for obs in p.own.values():
+        for execution in obs.executions:
+            if execution.cause.kind is CauseKind.NODE_LOST:
+                nodes.update(execution.nodes)
+        if obs.cause is not None and obs.cause.kind is CauseKind.NODE_LOST:
+            nodes.update(obs.nodes)
+    return tuple(sorted(nodes))
+
+
+def _refused(p: _Pass, sub: Submission) -> None:
+    """Fail the job when the scheduler refused every attempt of a submission (seed 002,
+    ``refused:<N>``), with cause ``launch-failed`` and the last refusal's words."""
+    last = sub.attempts[-1]
+    cause = Cause(
+        kind=CauseKind.LAUNCH_FAILED,
+        provenance=Provenance.SCHEDULER,
+        detail=last.detail,
+        at=p.now,
+    )
+    _outcome(p, State.FAILED, cause)
+    p.escalate(
+        f"refused:{sub.number}",
+        f"the job failed: the scheduler refused every attempt to launch submission "
+        f"{sub.number} ({len(sub.attempts)} attempts){_words(last.detail)}",
+    )
+
+
+# -- 7. gates ---------------------------------------------------------------------------------
+
+
+def _gates(p: _Pass) -> None:
+    """Open the current submission's start gate when nothing else of the job is alive;
+    escalate a gate someone else holds.
+
+    Seed 000, "The node-loss fence": "A replacement may be started, but its gate isn't
+    opened until the scheduler shows the old object ended." Seed 002, ``admin-held:<object
+    id>``: "A launched object is held by someone other than dispatch ... dispatch never opens
+    it."
+    """
+    job = p.job
+    if job.outcome is not None:
+        return
+    for obs in p.own.values():
+        record = job.object(obs.ref)
+        if (
+            obs.alive
+            and obs.gate is GateState.ADMIN_HELD
+            and (record is None or record.stop_requested_at is None)
+        ):
+            words = "" if obs.cause is None else _words(obs.cause.detail)
+            p.escalate(
+                f"admin-held:{obs.ref.id}",
+                f"object {obs.ref} of submission {obs.submission} is held by someone other "
+                f"than dispatch{words}; dispatch never opens that gate: ask whoever holds it, "
+                "or cancel the job",
+            )
+    primary = p.primary()
+    if primary is None or job.hold is not None or primary.gate_opened_at is not None:
+        return
+    seen = p.own.get(primary.ref)
+    if (
+        seen is None
+        or not seen.alive
+        or seen.gate is not GateState.CLOSED
+        or primary.stop_requested_at is not None
+        or seen.restarts in primary.ended
+    ):
+        return
+    if any(other.alive for ref, other in p.own.items() if ref != primary.ref):
+        return
+    p.gates.append(OpenGate(key=p.key("open-gate", primary.ref), ref=primary.ref))
+
+
+# -- 8. foreign objects -----------------------------------------------------------------------
+
+
+def _foreign(p: _Pass) -> None:
+    """Escalate a foreign object once; never stop or adopt it.
+
+    Seed 002, ``foreign:<object id>``: "The scheduler has an object named for this job whose
+    submission and attempt can't be read from it ... It blocks the record from settling.
+    dispatch never stops or adopts it."
+    """
+    abandoned = {t.foreign for t in p.job.abandoned if t.foreign is not None}
+    for obs in p.foreign:
+        if obs.alive and obs.ref not in abandoned:
+            p.escalate(
+                f"foreign:{obs.ref.id}",
+                f"object {obs.ref} is named for this job ({obs.name}) but its submission and "
+                "attempt can't be read from it; dispatch never stops or adopts it: find out "
+                "what it is, stop it yourself if it shouldn't run, then abandon it",
+            )
+
+
+# -- 9. stops ---------------------------------------------------------------------------------
+
+
+def _stops(p: _Pass) -> None:
+    """Stop what must not run; ask again while it lives; emergency stops.
+
+    Seed 002, ``cleanup-deadline``: a job with an outcome stops its live objects ("a
+    cancelled job still stopping"); every live object of the job other than the current
+    submission's is a duplicate and is stopped (seed 000, "The node-loss fence": a
+    replacement runs only once the old object ended). A stop already asked is asked again
+    every ``STOP_INTERVAL_S`` while the object lives. An emergency stop request kills every
+    live object once (``cluster.Stopper().EmergencyStop``), where the backend declares it.
+    """
+    job = p.job
+    primary = p.primary()
+    if job.outcome is None:
+        why = "duplicate"
+    else:
+        why = "cancel" if job.outcome is State.CANCELLED else "outcome"
+    emergency = job.emergency_stop_at if p.declarations.emergency_stop else None
+    for obs in p.own.values():
+        if not obs.alive:
+            continue
+        record = job.object(obs.ref)
+        asked = None if record is None else record.stop_requested_at
+        again_why = why if record is None or not record.stop_why else record.stop_why
+        if emergency is not None and (
+            record is None
+            or record.emergency_stop_at is None
+            or record.emergency_stop_at < emergency
+        ):
+            p.stop(obs.ref, again_why, emergency=True)
+        elif asked is None:
+            if job.outcome is not None or primary is None or primary.ref != obs.ref:
+                p.stop(obs.ref, why, submission=obs.submission, attempt=obs.attempt)
+        elif p.now >= asked + timedelta(seconds=STOP_INTERVAL_S):
+            p.stop(obs.ref, again_why)
+        else:
+            p.wake(asked + timedelta(seconds=STOP_INTERVAL_S))
+
+
+# -- 10. clean-up -----------------------------------------------------------------------------
+
+
+def _cleanup(p: _Pass) -> None:
+    """Escalate a job that has not settled by its clean-up deadline, once.
+
+    Seed 002, ``cleanup-deadline``: "The job has an outcome, and its record still hasn't
+    settled more than the job's clean-up deadline after the cancel, or after the outcome if
+    nobody cancelled. The deadline is 30 minutes unless WithCleanupDeadline set it. The
+    detail names the objects still alive. ... This escalation is committed once per job."
+    """
+    job = p.job
+    if job.outcome is None or job.outcome_at is None or p.settled():
+        return
+    if job.escalation("cleanup-deadline") is not None:
+        return
+    start = job.cancel_requested_at or job.outcome_at
+    due = start + timedelta(seconds=job.spec.cleanup_deadline_s)
+    if p.now < due:
+        p.wake(due)
+        return
+    alive = [str(o.ref) for o in p.own.values() if o.alive]
+    unknown = [
+        f"{a.submission}/{a.attempt}"
+        for s in job.submissions
+        for a in s.attempts
+        if a.outcome is LaunchOutcome.UNKNOWN
+    ]
+    abandoned = {t.foreign for t in job.abandoned if t.foreign is not None}
+    foreign = [str(o.ref) for o in p.foreign if o.alive and o.ref not in abandoned]
+    parts = [
+        f"{what}: {', '.join(items)}"
+        for what, items in (
+            ("objects still alive", alive),
+            ("launches with an unknown outcome", unknown),
+            ("foreign objects", foreign),
+        )
+        if items
+    ]
+    if p.discovery is None:
+        parts.append("the scheduler's view of the job is not known yet")
+    p.escalate(
+        "cleanup-deadline",
+        f"the job's outcome is {job.outcome} since {_iso(job.outcome_at)} but it has not "
+        f"settled {job.spec.cleanup_deadline_s:.0f} s after {_iso(start)}: " + "; ".join(parts),
+    )
+
+
+# -- 11. delivery -----------------------------------------------------------------------------
+
+
+def _deliver(p: _Pass) -> tuple[Step, ...]:
+    """Deliver what the record held undelivered when the pass began.
+
+    Seed 002, "Receive and answer escalations": "After each pass's steps, the supervisor
+    calls your Deliver function for each escalation the record held, undelivered, when the
+    pass began ... An escalation the pass itself committed is delivered after the next
+    pass."
+    """
+    job = p.given
+    pending = tuple(e for e in job.escalations if e.delivered is None)
+    if not pending:
+        return ()
+    return (Deliver(key=p.key("deliver", job.seq), escalations=pending),)
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _attempt(job: Job, submission: int, attempt: int) -> Attempt | None:
+    if not 1 <= submission <= len(job.submissions):
+        return None
+    attempts = job.submissions[submission - 1].attempts
+    if not 1 <= attempt <= len(attempts):
+        return None
+    return attempts[attempt - 1]
+
+
+def _name(job_id: str) -> str:
+    """The scheduler name of the job's objects (seed 002: "an object named dj-<job id>")."""
+    return f"dj-{job_id}"
+
+
+def _iso(at: datetime | None) -> str:
+    return "-" if at is None else at.isoformat()
+
+
+def _words(detail: str) -> str:
+    return f": {detail}" if detail else ""
