@@ -60,6 +60,7 @@ QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 ADMISSION_GATED_BY = "kueue.x-k8s.io/admission-gated-by"
 REPLICATED_JOB = "node"
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 
 TrainerVersion = Literal["v2.3.0", "main"]
 
@@ -618,6 +619,11 @@ class ClusterSimulator:
             self._job(job)
         for pod in self._all(PODS):
             self._kubelet(pod)
+        job_uids = {j["metadata"]["uid"] for j in self._all(JOBS)}
+        for pod in self._all(PODS):
+            owners = {r.get("uid") for r in pod["metadata"].get("ownerReferences") or ()}
+            if _tracked(pod) and not owners & job_uids:
+                self._remove_tracking_finalizer(pod)  # orphaned pods lose it too
         for job in self._all(JOBS):
             self._job_status(job)
         for js in self._all(JOBSETS):
@@ -1175,14 +1181,23 @@ class ClusterSimulator:
                 "labels": labels,
                 "annotations": annotations,
                 "ownerReferences": [_owner_ref(job, "Job", "batch/v1")],
+                "finalizers": [JOB_TRACKING_FINALIZER],
             },
             "spec": spec,
         }
 
     def _job_status(self, job: JsonObject) -> None:
-        if job["metadata"].get("deletionTimestamp"):
-            return  # the Job controller stops syncing a Job that is being deleted
         pods = self._job_pods(job)
+        if job["metadata"].get("deletionTimestamp"):
+            # A Job being deleted is no longer synced, but its finished or deleted pods still
+            # lose the tracking finalizer, so that the (foreground) deletion can complete.
+            for pod in pods:
+                if _tracked(pod) and (
+                    pod["metadata"].get("deletionTimestamp")
+                    or pod["status"].get("phase") in ("Succeeded", "Failed")
+                ):
+                    self._remove_tracking_finalizer(pod)
+            return
         now = format_time(self.store.now())
         new = copy.deepcopy(job)
         status = new.setdefault("status", {})
@@ -1198,16 +1213,28 @@ class ClusterSimulator:
             if not p["metadata"].get("deletionTimestamp")
             and p["status"].get("phase") in ("Pending", "Running")
         ]
-        succeeded = [p for p in pods if p["status"].get("phase") == "Succeeded"]
-        # isPodFailed: no podFailurePolicy, so a deleted pod that did not succeed counts as failed.
-        failed = [p for p in pods if p["status"].get("phase") == "Failed" or p in terminating]
-        if job["spec"].get("suspend"):
-            failed = []  # pods removed because the Job is suspended are not failures
+        # Pods carry the job-tracking finalizer: the Job controller counts each finished pod once,
+        # then removes the finalizer (which lets a pod whose deletion was confirmed go away).
+        # isPodFailed: with no podFailurePolicy, a deleted pod that did not succeed counts as
+        # failed at once, even while it is still Terminating.
+        for pod in pods:
+            if not _tracked(pod):
+                continue
+            phase = pod["status"].get("phase")
+            if phase == "Succeeded":
+                status["succeeded"] = status.get("succeeded", 0) + 1
+            elif phase == "Failed" or pod["metadata"].get("deletionTimestamp"):
+                if not job["spec"].get("suspend"):  # pods removed by suspension are no failures
+                    status["failed"] = status.get("failed", 0) + 1
+            else:
+                continue
+            self._remove_tracking_finalizer(pod)
         status["active"] = len(active)
         status["ready"] = sum(1 for p in active if _is_true(p, "Ready"))
         status["terminating"] = len(terminating)
-        status["succeeded"] = max(status.get("succeeded", 0), len(succeeded))
-        status["failed"] = max(status.get("failed", 0), len(failed))
+        status.setdefault("succeeded", 0)
+        status.setdefault("failed", 0)
+        succeeded = status["succeeded"]
         if not job["spec"].get("suspend") and pods:
             status.setdefault("startTime", now)
         if job["spec"].get("suspend"):
@@ -1233,7 +1260,7 @@ class ClusterSimulator:
                     _set_condition(
                         new, _pod_condition("Failed", "True", "BackoffLimitExceeded", msg, now)
                     )
-            elif len(succeeded) >= job["spec"].get("completions", 1):
+            elif succeeded >= job["spec"].get("completions", 1):
                 msg = "Reached expected number of succeeded pods"
                 _set_condition(
                     new,
@@ -1246,6 +1273,15 @@ class ClusterSimulator:
                     status["completionTime"] = now
         if new != job:
             self._write_status(JOBS, new)
+
+    def _remove_tracking_finalizer(self, pod: JsonObject) -> None:
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        fresh = self.store.get(PODS, ns, name)
+        rest = [f for f in fresh["metadata"].get("finalizers") or () if f != JOB_TRACKING_FINALIZER]
+        fresh["metadata"]["finalizers"] = rest or None
+        if not rest:
+            del fresh["metadata"]["finalizers"]
+        self.store.update(PODS, ns, name, fresh)
 
     # scheduler + kubelet
 
@@ -1294,6 +1330,10 @@ class ClusterSimulator:
             for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready"):
                 _set_condition(pod, _pod_condition(kind, "True", "", "", now))
             self.store.update(PODS, ns, name, pod, subresource="status")
+
+
+def _tracked(pod: Mapping[str, Any]) -> bool:
+    return JOB_TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or ())
 
 
 def _pod_index(pod: Mapping[str, Any]) -> str:
