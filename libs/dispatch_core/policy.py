@@ -83,11 +83,13 @@ def validate(policy: RecoveryPolicy) -> None:
             )
         for kind in rule.on:
             if kind in _UNCOVERABLE:
-                raise InvalidPolicy(i, kind, f"no rule may cover {kind}: {_UNCOVERABLE[kind]}")
+                raise InvalidPolicy(
+                    i, kind.value, f"no rule may cover {kind}: {_UNCOVERABLE[kind]}"
+                )
         if CauseKind.UNKNOWN in rule.on and rule.action not in _FOR_UNKNOWN:
             raise InvalidPolicy(
                 i,
-                CauseKind.UNKNOWN,
+                CauseKind.UNKNOWN.value,
                 f"unknown may only be covered by a hold or escalate rule, not {rule.action}: "
                 "resubmitting on a cause nobody understands is a guess",
             )
@@ -95,7 +97,9 @@ def validate(policy: RecoveryPolicy) -> None:
             first = covered.get(kind)
             if first is not None and first != i:
                 raise InvalidPolicy(
-                    i, kind, f"{kind} is already covered by rule {first}; a cause has one rule"
+                    i,
+                    kind.value,
+                    f"{kind} is already covered by rule {first}; a cause has one rule",
                 )
             covered[kind] = i
 
