@@ -229,6 +229,7 @@ class RecordStore:
         if expected_last_seq < 0:
             raise ValueError(f"expected_last_seq must be >= 0, got {expected_last_seq}")
         headers = {EXPECTED_LAST_SUBJECT_SEQ: str(expected_last_seq), MSG_ID: msg_id}
+        unknown = False  # an earlier try timed out: it may yet be stored
         for attempt in range(1, self._attempts + 1):
             try:
                 reply = await self._wire.request(
@@ -239,12 +240,13 @@ class RecordStore:
                     headers=headers,
                 )
             except ReplyTimeout:
+                unknown = True
                 found = await self._after_timeout(job_id, subject, expected_last_seq, [msg_id])
                 if found is not None:
                     return found[msg_id]
                 continue
             except NoResponders:
-                await self._no_stream(job_id, subject, attempt)
+                await self._no_stream(job_id, subject, attempt, unknown, msg_id, expected_last_seq)
                 continue
             ack = _decode_ack(reply)
             if ack.error is None:
@@ -308,6 +310,7 @@ class RecordStore:
         if expected_last_seq < 0:
             raise ValueError(f"expected_last_seq must be >= 0, got {expected_last_seq}")
         n = len(payloads)
+        unknown = False  # an earlier try timed out: it may yet be stored
         for attempt in range(1, self._attempts + 1):
             batch_id = uuid.uuid4().hex
             try:
@@ -331,12 +334,15 @@ class RecordStore:
                     },
                 )
             except ReplyTimeout:
+                unknown = True
                 found = await self._after_timeout(job_id, subject, expected_last_seq, msg_ids)
                 if found is not None:
                     return [found[m] for m in msg_ids]
                 continue
             except NoResponders:
-                await self._no_stream(job_id, subject, attempt)
+                await self._no_stream(
+                    job_id, subject, attempt, unknown, msg_ids[-1], expected_last_seq
+                )
                 continue
             ack = _decode_ack(reply)
             if ack.error is None:
@@ -396,8 +402,8 @@ class RecordStore:
     ) -> list[int]:
         """Tell a retry whose earlier try landed (return its seqs) from a lost race (raise)."""
         assert ack.error is not None
-        m = _WRONG_LAST_SEQ.search(ack.error.description)
-        actual = int(m.group(1)) if m else 0
+        match = _WRONG_LAST_SEQ.search(ack.error.description)
+        actual = int(match.group(1)) if match else 0
         found = await self._find(subject, expected, msg_ids, through=actual or None)
         if len(found) == len(msg_ids):
             log.info(
@@ -405,7 +411,7 @@ class RecordStore:
                 extra={"job_id": job_id, "msg_id": msg_ids[-1], "seq": found[msg_ids[-1]]},
             )
             return [found[m] for m in msg_ids]
-        if not m:
+        if not match:
             raise api_error(
                 f"job {job_id!r}: record append",
                 ack.error.code,
@@ -414,9 +420,14 @@ class RecordStore:
             )
         raise ConcurrencyConflict(job_id, expected, actual)
 
-    async def _no_stream(self, job_id: str, subject: str, attempt: int) -> None:
-        """No stream answered: nothing was stored. Wait (a leader may be elected) or give up."""
+    async def _no_stream(
+        self, job_id: str, subject: str, attempt: int, unknown: bool, msg_id: str, expected: int
+    ) -> None:
+        """No stream answered this try: it stored nothing. Wait (a leader may be elected), or
+        give up: unknown outcome if an earlier try timed out, else no stream."""
         if attempt >= self._attempts:
+            if unknown:
+                raise AppendOutcomeUnknown(job_id, msg_id, expected, self._attempts)
             raise StreamNotFound(self._stream, subject)
         delay = min(0.25 * 2 ** (attempt - 1), 2.0)
         log.warning(
@@ -492,10 +503,13 @@ class RecordStore:
 
         Raises:
             InvalidName: bad job id.
+            ValueError: `after_seq` is negative.
             StreamNotFound: the record stream does not answer.
             StoreUnavailable: a reply did not come within `read_timeout_s`.
         """
         subject = self._layout.record_subject(job_id)
+        if after_seq < 0:
+            raise ValueError(f"after_seq must be >= 0, got {after_seq}")
         out: list[RecordEntry] = []
         async for msgs in self._pages(subject, after_seq, f"job {job_id!r}: read record"):
             out.extend(_entry(m) for m in msgs)

@@ -106,12 +106,37 @@ async def _paused_store(server: NatsServer, **options: float) -> tuple[NATS, Rec
     return nc, RecordStore(nc, **options)  # type: ignore[arg-type]
 
 
+class _ResumeOnTimeout(logging.Handler):
+    """Thaws the server when the store reports its first unknown outcome: the publish has
+    then certainly timed out, whatever the machine's load did to the timers."""
+
+    def __init__(self, server: NatsServer) -> None:
+        super().__init__(logging.WARNING)
+        self.server = server
+        self.fired = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg == "record.append.unknown_outcome" and not self.fired:
+            self.fired = True
+            self.server.resume()
+
+
+async def _read(nc: NATS, job_id: str) -> list[tuple[int, str | None]]:
+    """Read with default timeouts: the stores under test use very short ones on purpose."""
+    checker = RecordStore(nc)
+    try:
+        return [(e.seq, e.msg_id) for e in await checker.read(job_id)]
+    finally:
+        await checker.aclose()
+
+
 async def test_trap3_timed_out_append_is_resolved_by_reading(
-    private_nats_server: NatsServer, caplog: pytest.LogCaptureFixture
+    private_nats_server: NatsServer,
 ) -> None:
     """Freeze the server (SIGSTOP) before the append, so the publish sits unread in the
-    server's socket buffer and the client's ack wait (0.3 s) expires; thaw it (SIGCONT) a
-    little later. The server then stores the message whose publish the client gave up on.
+    server's socket buffer and the client's ack wait (0.3 s) expires; thaw it (SIGCONT) as
+    soon as the store reports the timeout. The server then stores the message whose publish
+    the client gave up on.
     The store must treat the timeout as an unknown outcome: it reads the job's events after
     the expected seq, finds its msg id, and returns that seq; it must neither report a
     failure nor store the event twice.
@@ -119,13 +144,16 @@ async def test_trap3_timed_out_append_is_resolved_by_reading(
     server = private_nats_server
     nc, store = await _paused_store(server, ack_timeout_s=0.3, read_timeout_s=0.3, attempts=10)
     try:
-        caplog.set_level(logging.WARNING, logger="dispatch_nats.record")
+        resumer = _ResumeOnTimeout(server)
+        logging.getLogger("dispatch_nats.record").addHandler(resumer)
         server.pause()
-        asyncio.get_running_loop().call_later(0.5, server.resume)
-        seq = await store.append("job-1", b"e1", expected_last_seq=0, msg_id="job-1:e1")
-        assert any(r.msg == "record.append.unknown_outcome" for r in caplog.records)
-        entries = await store.read("job-1")
-        assert [(e.seq, e.msg_id) for e in entries] == [(seq, "job-1:e1")]
+        try:
+            seq = await store.append("job-1", b"e1", expected_last_seq=0, msg_id="job-1:e1")
+        finally:
+            logging.getLogger("dispatch_nats.record").removeHandler(resumer)
+            server.resume()
+        assert resumer.fired  # the publish did time out
+        assert await _read(nc, "job-1") == [(seq, "job-1:e1")]
     finally:
         await store.aclose()
         await nc.close()
@@ -149,14 +177,16 @@ async def test_trap3_unknown_outcome_is_reported_then_resolved_by_a_retry(
         server.resume()
 
         async def stored() -> None:
-            assert [e.msg_id for e in await store.read("job-1")] == ["job-1:e1"]
+            assert [m for _, m in await _read(nc, "job-1")] == ["job-1:e1"]
 
         await eventually(stored)  # it was stored although the publish "failed"
-        [landed] = await store.read("job-1")
-        await store.append("job-1", b"e2", expected_last_seq=landed.seq, msg_id="job-1:e2")
-        retry = await store.append("job-1", b"e1", expected_last_seq=0, msg_id="job-1:e1")
-        assert retry == landed.seq
-        assert len(await store.read("job-1")) == 2
+        [(landed, _)] = await _read(nc, "job-1")
+        patient = RecordStore(nc)
+        await patient.append("job-1", b"e2", expected_last_seq=landed, msg_id="job-1:e2")
+        retry = await patient.append("job-1", b"e1", expected_last_seq=0, msg_id="job-1:e1")
+        await patient.aclose()
+        assert retry == landed
+        assert len(await _read(nc, "job-1")) == 2
     finally:
         await store.aclose()
         await nc.close()
@@ -173,7 +203,7 @@ async def test_trap3_a_retry_never_stores_twice_when_the_first_lands_late(
         server.pause()
         asyncio.get_running_loop().call_later(1.2, server.resume)
         seq = await store.append("job-1", b"e1", expected_last_seq=0, msg_id="job-1:e1")
-        assert [(e.seq, e.msg_id) for e in await store.read("job-1")] == [(seq, "job-1:e1")]
+        assert await _read(nc, "job-1") == [(seq, "job-1:e1")]
     finally:
         await store.aclose()
         await nc.close()
@@ -196,6 +226,30 @@ async def test_store_keeps_working_across_a_server_restart(
 
         await eventually(appended, timeout_s=10)
         assert [e.payload for e in await store.read("job-1")] == [b"e1", b"e2"]
+    finally:
+        await store.aclose()
+        await nc.close()
+
+
+async def test_trap3_timed_out_batch_is_resolved_by_reading(
+    private_nats_server: NatsServer,
+) -> None:
+    """The same freeze for an atomic batch: all its events are found and returned once."""
+    server = private_nats_server
+    nc, store = await _paused_store(server, ack_timeout_s=0.3, read_timeout_s=0.3, attempts=10)
+    try:
+        resumer = _ResumeOnTimeout(server)
+        logging.getLogger("dispatch_nats.record").addHandler(resumer)
+        server.pause()
+        try:
+            seqs = await store.append_many(
+                "job-1", [b"a", b"b", b"c"], expected_last_seq=0, msg_ids=["m1", "m2", "m3"]
+            )
+        finally:
+            logging.getLogger("dispatch_nats.record").removeHandler(resumer)
+            server.resume()
+        assert resumer.fired  # the commit did time out
+        assert await _read(nc, "job-1") == list(zip(seqs, ["m1", "m2", "m3"], strict=True))
     finally:
         await store.aclose()
         await nc.close()
