@@ -111,6 +111,7 @@ class _Acc:
         "created_by",
         "declarations",
         "emergency_stop_at",
+        "ended",
         "ended_cause",
         "esc_index",
         "escalations",
@@ -157,6 +158,9 @@ class _Acc:
         self.created_at, self.created_by = created_at, created_by
         self.submissions: list[_Sub] = []
         self.objects: dict[ObjectRef, ObjectRecord] = {}
+        # Each object's ended executions, kept apart from ``objects`` so that an object
+        # requeued natively a thousand times doesn't copy a growing tuple each time.
+        self.ended: dict[ObjectRef, dict[int, None]] = {}  # an ordered set per object
         self.recoveries: list[Recovery] = []
         self.holds: list[Hold] = []
         self.outcome: State | None = None
@@ -206,6 +210,7 @@ class _Acc:
             _Sub(s.number, s.opened_at, s.why, s.cause, list(s.attempts)) for s in job.submissions
         ]
         acc.objects = {o.ref: o for o in job.objects}
+        acc.ended = {o.ref: dict.fromkeys(o.ended) for o in job.objects if o.ended}
         acc.recoveries = list(job.recoveries)
         acc.holds = list(job.holds)
         acc.outcome, acc.outcome_cause, acc.outcome_at = (
@@ -236,7 +241,10 @@ class _Acc:
             created_at=self.created_at,
             created_by=self.created_by,
             submissions=tuple(s.freeze() for s in self.submissions),
-            objects=tuple(self.objects.values()),
+            objects=tuple(
+                replace(o, ended=tuple(self.ended[o.ref])) if o.ref in self.ended else o
+                for o in self.objects.values()
+            ),
             recoveries=tuple(self.recoveries),
             holds=tuple(self.holds),
             outcome=self.outcome,
@@ -298,45 +306,12 @@ def _held_cause(ev: HoldPlaced) -> Cause:
 
 
 def _apply(acc: _Acc, seq: int, ev: JobEvent) -> None:
-    """Fold one event into ``acc`` (which already holds the record's creation)."""
+    """Fold one event into ``acc`` (which already holds the record's creation).
+
+    The cases go roughly by how often a long record holds each event: a match tries them
+    in order.
+    """
     match ev:
-        case ExecutionEnded():
-            obj = acc.objects.get(ev.ref)
-            if obj is None:
-                # An object the record never launched (a duplicate seen ended): its end is
-                # recorded, and it never drives recovery (core-semantics, planner rule 1).
-                acc.objects[ev.ref] = ObjectRecord(
-                    ref=ev.ref,
-                    submission=ev.submission,
-                    attempt=0,
-                    ended=(ev.restart,),
-                    fenced=ev.fenced,
-                    duplicate=True,
-                )
-                return
-            if not obj.duplicate and ev.submission != obj.submission:
-                raise acc.bad(
-                    seq,
-                    f"execution {ev.restart} of object {ev.ref} ended as submission "
-                    f"{ev.submission}, but the object belongs to submission {obj.submission}",
-                )
-            if ev.restart in obj.ended:
-                raise acc.bad(
-                    seq, f"execution {ev.restart} of object {ev.ref} is already recorded ended"
-                )
-            acc.objects[ev.ref] = replace(
-                obj, ended=(*obj.ended, ev.restart), fenced=obj.fenced or ev.fenced
-            )
-            if not obj.duplicate:
-                acc.ended_cause = ev.cause
-        case SubmissionOpened():
-            expected = len(acc.submissions) + 1
-            if ev.submission != expected:
-                raise acc.bad(
-                    seq,
-                    f"submission {ev.submission} opened where submission {expected} was next",
-                )
-            acc.submissions.append(_Sub(ev.submission, ev.at, ev.why, ev.cause, []))
         case LaunchIntended():
             sub = acc.submission(seq, ev.submission, "launch.intended")
             expected = len(sub.attempts) + 1
@@ -362,17 +337,70 @@ def _apply(acc: _Acc, seq: int, ev: JobEvent) -> None:
             acc.objects[ev.ref] = ObjectRecord(
                 ref=ev.ref, submission=ev.submission, attempt=ev.attempt
             )
-        case LaunchRefused():
-            sub, i = acc.unresolved(seq, ev.submission, ev.attempt, "launch.refused")
-            sub.attempts[i] = replace(
-                sub.attempts[i], outcome=LaunchOutcome.REFUSED, detail=ev.detail
-            )
-        case LaunchUnknown():
-            sub, i = acc.unresolved(seq, ev.submission, ev.attempt, "launch.unknown")
-            sub.attempts[i] = replace(sub.attempts[i], detail=ev.detail)
+        case SubmissionOpened():
+            expected = len(acc.submissions) + 1
+            if ev.submission != expected:
+                raise acc.bad(
+                    seq,
+                    f"submission {ev.submission} opened where submission {expected} was next",
+                )
+            acc.submissions.append(_Sub(ev.submission, ev.at, ev.why, ev.cause, []))
         case GateOpened():
             obj = acc.object(seq, ev.ref, "gate.opened")
             acc.objects[ev.ref] = replace(obj, gate_opened_at=ev.at)
+        case ExecutionEnded():
+            known = acc.objects.get(ev.ref)
+            if known is None:
+                # An object the record never launched (a duplicate seen ended): its end is
+                # recorded, and it never drives recovery (core-semantics, planner rule 1).
+                acc.objects[ev.ref] = ObjectRecord(
+                    ref=ev.ref,
+                    submission=ev.submission,
+                    attempt=0,
+                    fenced=ev.fenced,
+                    duplicate=True,
+                )
+                acc.ended[ev.ref] = {ev.restart: None}
+                return
+            if not known.duplicate and ev.submission != known.submission:
+                raise acc.bad(
+                    seq,
+                    f"execution {ev.restart} of object {ev.ref} ended as submission "
+                    f"{ev.submission}, but the object belongs to submission {known.submission}",
+                )
+            ended = acc.ended.setdefault(ev.ref, {})
+            if ev.restart in ended:
+                raise acc.bad(
+                    seq, f"execution {ev.restart} of object {ev.ref} is already recorded ended"
+                )
+            ended[ev.restart] = None
+            if ev.fenced and not known.fenced:
+                acc.objects[ev.ref] = replace(known, fenced=True)
+            if not known.duplicate:
+                acc.ended_cause = ev.cause
+        case RecoveryCommitted():
+            if not 0 <= ev.rule < len(acc.plan.rules):
+                raise acc.bad(
+                    seq,
+                    f"recovery.committed names rule {ev.rule}, but the plan has "
+                    f"{len(acc.plan.rules)} rules",
+                )
+            acc.recoveries.append(
+                Recovery(at=ev.at, rule=ev.rule, action=ev.action, cause=ev.cause, native=ev.native)
+            )
+            acc.history.append(Transition(at=ev.at, state=State.RECOVERING, cause=ev.cause))
+        case EscalationCommitted():
+            if ev.id in acc.esc_index:
+                raise acc.bad(seq, f"escalation {ev.id!r} committed a second time")
+            acc.esc_index[ev.id] = len(acc.escalations)
+            acc.escalations.append(Escalation(id=ev.id, at=ev.at, detail=ev.detail))
+        case EscalationDelivered():
+            index = acc.esc_index.get(ev.id)
+            if index is None:
+                raise acc.bad(seq, f"escalation {ev.id!r} delivered but never committed")
+            esc = acc.escalations[index]
+            if esc.delivered is None:
+                acc.escalations[index] = replace(esc, delivered=ev.at)
         case StopRequested():
             known = acc.objects.get(ev.ref)
             if known is None:
@@ -399,17 +427,14 @@ def _apply(acc: _Acc, seq: int, ev: JobEvent) -> None:
             acc.objects[ev.ref] = replace(
                 obj, node_loss_since=ev.since, node_loss_restart=ev.restart
             )
-        case RecoveryCommitted():
-            if not 0 <= ev.rule < len(acc.plan.rules):
-                raise acc.bad(
-                    seq,
-                    f"recovery.committed names rule {ev.rule}, but the plan has "
-                    f"{len(acc.plan.rules)} rules",
-                )
-            acc.recoveries.append(
-                Recovery(at=ev.at, rule=ev.rule, action=ev.action, cause=ev.cause, native=ev.native)
+        case LaunchRefused():
+            sub, i = acc.unresolved(seq, ev.submission, ev.attempt, "launch.refused")
+            sub.attempts[i] = replace(
+                sub.attempts[i], outcome=LaunchOutcome.REFUSED, detail=ev.detail
             )
-            acc.history.append(Transition(at=ev.at, state=State.RECOVERING, cause=ev.cause))
+        case LaunchUnknown():
+            sub, i = acc.unresolved(seq, ev.submission, ev.attempt, "launch.unknown")
+            sub.attempts[i] = replace(sub.attempts[i], detail=ev.detail)
         case HoldPlaced():
             expected = len(acc.holds) + 1
             if ev.instance != expected:
@@ -468,15 +493,6 @@ def _apply(acc: _Acc, seq: int, ev: JobEvent) -> None:
         case CessationObserved():
             obj = acc.object(seq, ev.ref, "cessation.observed")
             acc.objects[ev.ref] = replace(obj, cessation_asked_at=ev.at, ceased=ev.ceased)
-        case CancelRequested():
-            if acc.cancel_requested_at is None:
-                acc.cancel_requested_at, acc.cancelled_by = ev.at, ev.by
-        case GaveUp():
-            pass  # a decision; its hold release and outcome are their own events
-        case Abandoned():
-            _abandon(acc, seq, ev)
-        case EmergencyStopRequested():
-            acc.emergency_stop_at = ev.at
         case OutcomeCommitted():
             if acc.outcome is not None:
                 raise acc.bad(
@@ -486,18 +502,15 @@ def _apply(acc: _Acc, seq: int, ev: JobEvent) -> None:
                 raise acc.bad(seq, f"outcome {ev.state} is not an outcome")
             acc.outcome, acc.outcome_cause, acc.outcome_at = ev.state, ev.cause, ev.at
             acc.history.append(Transition(at=ev.at, state=ev.state, cause=ev.cause))
-        case EscalationCommitted():
-            if ev.id in acc.esc_index:
-                raise acc.bad(seq, f"escalation {ev.id!r} committed a second time")
-            acc.esc_index[ev.id] = len(acc.escalations)
-            acc.escalations.append(Escalation(id=ev.id, at=ev.at, detail=ev.detail))
-        case EscalationDelivered():
-            index = acc.esc_index.get(ev.id)
-            if index is None:
-                raise acc.bad(seq, f"escalation {ev.id!r} delivered but never committed")
-            esc = acc.escalations[index]
-            if esc.delivered is None:
-                acc.escalations[index] = replace(esc, delivered=ev.at)
+        case CancelRequested():
+            if acc.cancel_requested_at is None:
+                acc.cancel_requested_at, acc.cancelled_by = ev.at, ev.by
+        case GaveUp():
+            pass  # a decision; its hold release and outcome are their own events
+        case Abandoned():
+            _abandon(acc, seq, ev)
+        case EmergencyStopRequested():
+            acc.emergency_stop_at = ev.at
         case Superseded():
             if acc.superseded_by is not None:
                 raise acc.bad(
@@ -556,27 +569,33 @@ def fold(record: Iterable[tuple[int, JobEvent]], now: datetime, *, prior: Job | 
             problem.
     """
     del now  # documented as unused: fold records facts, whatever the time of the read
-    acc = _Acc.thaw(prior) if prior is not None else None
-    for seq, ev in record:
-        if acc is None:
-            if seq < 1:
-                raise OutOfOrderEvent(ev.job_id, 0, seq)
-            if not isinstance(ev, JobCreated):
-                raise MalformedRecord(
-                    ev.job_id,
-                    seq,
-                    f"the record begins with {type(ev).__name__} ({_tag(ev)}), not job.created",
-                )
-            acc = _Acc.created(seq, ev)
-            continue
-        if seq <= acc.seq:
-            raise OutOfOrderEvent(acc.job_id, acc.seq, seq)
-        if ev.job_id != acc.job_id:
-            raise acc.bad(seq, f"{_tag(ev)} of job {ev.job_id!r} in the record of {acc.job_id!r}")
+    events = iter(record)
+    if prior is not None:
+        acc = _Acc.thaw(prior)
+    else:
+        first = next(events, None)
+        if first is None:
+            raise MalformedRecord("", 0, "the record is empty; a record begins with job.created")
+        seq, ev = first
+        if seq < 1:
+            raise OutOfOrderEvent(ev.job_id, 0, seq)
+        if not isinstance(ev, JobCreated):
+            raise MalformedRecord(
+                ev.job_id,
+                seq,
+                f"the record begins with {type(ev).__name__} ({_tag(ev)}), not job.created",
+            )
+        acc = _Acc.created(seq, ev)
+    # The hot loop: locals, and the sequence written back once at the end.
+    job_id, last = acc.job_id, acc.seq
+    for seq, ev in events:
+        if seq <= last:
+            raise OutOfOrderEvent(job_id, last, seq)
+        if ev.job_id != job_id:
+            raise acc.bad(seq, f"{_tag(ev)} of job {ev.job_id!r} in the record of {job_id!r}")
         _apply(acc, seq, ev)
-        acc.seq = seq
-    if acc is None:
-        raise MalformedRecord("", 0, "the record is empty; a record begins with job.created")
+        last = seq
+    acc.seq = last
     return acc.freeze()
 
 
