@@ -260,11 +260,17 @@ class ClusterSimulator:
     def lose_node(self, node: str, *, evict: bool = True) -> None:
         """The node stops reporting: ``Ready=Unknown`` and the ``unreachable`` taints (facts B5).
 
-        With ``evict`` (the 300 s toleration has passed), the taint manager marks each pod on it
-        ``DisruptionTarget`` / ``DeletionByTaintManager`` and deletes it; with no kubelet to
-        confirm,
-        the pods stay Terminating, their Job gets ``FailureTarget`` but never ``Failed``, and the
-        TrainJob stays active: the known hang.
+        Without ``evict`` (inside the 300 s toleration) the pods stay Running on the dead node and
+        the TrainJob's ``jobsStatus[].active`` stays 1. With ``evict`` (the toleration has
+        passed), the taint manager marks each pod on it ``DisruptionTarget`` /
+        ``DeletionByTaintManager`` and deletes it; with no kubelet to confirm, the pods stay
+        Terminating (phase Running), their Job gets ``FailureTarget`` but never ``Failed``, and
+        the TrainJob gets no terminal condition: the known hang.
+
+        Note: the Job's ``status.active`` does not count terminating pods (facts B3 defines
+        ``status.terminating`` for them), and the Job controller deletes the Job's other pods at
+        ``FailureTarget``; so after eviction ``jobsStatus[].active`` is 0 here, not "> 0" as the
+        facts file's B5 summary says. The TrainJob is still neither finished nor suspended.
         """
         with self.store.lock:
             obj = self.store.get(NODES, None, node)
