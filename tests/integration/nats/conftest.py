@@ -20,13 +20,14 @@ from nats.aio.client import Client as NATS
 from nats.js.client import JetStreamContext
 
 from dispatch_nats import Layout, RecordStore, StreamKind, ensure_streams
-from tests.integration.nats.support import Eventually, assert_eventually, connect
+from tests.integration.nats.support import Eventually, connect
 from tests.servers.nats import NatsServer
+from tests.util import assert_eventually
 
 
 @pytest.fixture
 def eventually() -> Eventually:
-    """The `assert_eventually` helper."""
+    """The shared `tests.util.assert_eventually` helper."""
     return assert_eventually
 
 

@@ -2,35 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import nats
 from nats.aio.client import Client as NATS
 
-Check = Callable[[], Awaitable[object] | object]
-Eventually = Callable[..., Awaitable[None]]
-
-
-async def assert_eventually(
-    check: Check, *, timeout_s: float = 5.0, interval_s: float = 0.01
-) -> None:
-    """Call `check` until it returns without raising `AssertionError`, for up to `timeout_s`.
-
-    `check` may be sync or async; the last `AssertionError` is re-raised at the deadline.
-    """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            result = check()
-            if asyncio.iscoroutine(result):
-                await result
-            return
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-        await asyncio.sleep(interval_s)
+Eventually = Callable[..., Awaitable[Any]]
+"""The type of `tests.util.assert_eventually`, as the `eventually` fixture hands it out."""
 
 
 async def connect(url: str, errors: list[Exception] | None = None) -> NATS:
