@@ -99,6 +99,7 @@ from dispatch_core.job import (
     Submission,
     Transition,
 )
+from dispatch_core.plan import next_steps
 from dispatch_core.policy import (
     make_plan,
     validate,
@@ -264,6 +265,7 @@ __all__ = [
     "fold",
     "is_job_id",
     "make_plan",
+    "next_steps",
     "project",
     "settled",
     "split_epoch",

@@ -67,7 +67,7 @@ def project(
             f"project: discovery of job {discovery.job_id!r} given for job {job.job_id!r}"
         )
     current = current_object(job, discovery)
-    state, cause = _state(job, current, now)
+    state, cause = _state(job, current, discovery, now)
     hold = job.hold
     sub = job.submission
     return Status(
@@ -102,7 +102,9 @@ def project(
     )
 
 
-def _state(job: Job, current: ObservedObject | None, now: datetime) -> tuple[State, Cause]:
+def _state(
+    job: Job, current: ObservedObject | None, discovery: Discovery | None, now: datetime
+) -> tuple[State, Cause]:
     """The state and cause, by the rules of core-semantics "project", in order."""
     if job.outcome is not None:
         return job.outcome, job.outcome_cause or NO_CAUSE
@@ -135,11 +137,36 @@ def _state(job: Job, current: ObservedObject | None, now: datetime) -> tuple[Sta
             if seen is None:
                 return State.UNKNOWN, Cause(kind=CauseKind.UNKNOWN, provenance=Provenance.SCHEDULER)
             return State.UNKNOWN, replace(seen, kind=CauseKind.UNKNOWN)
+    elif _end_unrecorded(job, discovery):
+        # The scheduler shows the current execution ended and no pass has recorded it yet:
+        # what follows (recovering, held, an outcome) is the record's to commit, so the status
+        # stays where the record left it rather than showing a transition nobody committed.
+        return State.RUNNING, NO_CAUSE
     sub = job.submission
     if job.recoveries or (sub is not None and sub.number > 1):
         # recovering never returns to pending (seed 000).
         return State.RECOVERING, job.ended_cause or (sub.cause if sub else None) or NO_CAUSE
     return State.PENDING, NO_CAUSE
+
+
+def _end_unrecorded(job: Job, discovery: Discovery | None) -> bool:
+    """Whether the current submission's object, which ran, is shown ended by the scheduler
+    while the record does not hold that execution ended yet."""
+    sub = job.submission
+    if discovery is None or sub is None:
+        return False
+    for obj in discovery.objects:
+        if obj.foreign or obj.alive or obj.submission != sub.number:
+            continue
+        record = job.object(obj.ref)
+        if (
+            record is not None
+            and not record.duplicate
+            and record.gate_opened_at is not None
+            and obj.restarts not in record.ended
+        ):
+            return True
+    return False
 
 
 def current_object(job: Job, discovery: Discovery | None) -> ObservedObject | None:
