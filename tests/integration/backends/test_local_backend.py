@@ -1,0 +1,439 @@
+"""The local backend beyond the contract: restarts, limits, kill waits, causes, cessation."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from dispatch_backends import LaunchRefusedError, object_name
+from dispatch_backends.local import LocalBackend, ObjectNotFound, parse_time_limit
+from dispatch_core.state import (
+    CauseKind,
+    GateState,
+    JobSpec,
+    ObjectPhase,
+    ObjectRef,
+    ObservedObject,
+    Provenance,
+)
+from tests.contract.backend_contract import Program, make_launch, new_job_id
+from tests.integration.backends.local_harness import CLUSTER, LocalHarness, shell
+from tests.util import assert_eventually
+
+pytestmark = pytest.mark.integration
+
+TRAP_TERM = "trap '' TERM; echo ready; while :; do sleep 0.05; done"
+"""A job that ignores SIGTERM (its sleeps inherit the ignored signal) and says when it does."""
+
+
+@pytest.fixture
+async def harness(tmp_path: Path) -> AsyncIterator[LocalHarness]:
+    harness = LocalHarness(tmp_path / "data", kill_wait_s=0.5)
+    try:
+        yield harness
+    finally:
+        await harness.cleanup()
+
+
+async def start(
+    harness: LocalHarness, job: str, command: tuple[str, ...], **options: str
+) -> ObjectRef:
+    spec = JobSpec(cluster=CLUSTER, command=command, options=options)
+    ref = await harness.backend.start(make_launch(job, spec))
+    harness.started.append(ref)
+    return ref
+
+
+async def run(
+    harness: LocalHarness, job: str, command: tuple[str, ...], **options: str
+) -> ObjectRef:
+    """Start and open the gate."""
+    ref = await start(harness, job, command, **options)
+    await harness.backend.open_gate(ref)
+    return ref
+
+
+async def wait_output(harness: LocalHarness, ref: ObjectRef, text: str) -> None:
+    async def printed() -> None:
+        assert text in await harness.output(ref), f"{ref} has not printed {text!r}"
+
+    await assert_eventually(printed, timeout_s=harness.settle_timeout_s)
+
+
+def read_json(path: Path) -> dict[str, object]:
+    loaded = json.loads(path.read_text())
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+# -- restarts ---------------------------------------------------------------------------------
+
+
+async def test_objects_survive_a_restart_of_the_backend(harness: LocalHarness) -> None:
+    running_job, pending_job = new_job_id(), new_job_id()
+    running = await harness.start(running_job, Program.SLEEP, submission=4, attempt=2)
+    pending = await harness.start(pending_job, Program.SUCCEED)
+    await harness.backend.open_gate(running)
+    await harness.wait_phase(running_job, running, ObjectPhase.RUNNING)
+
+    # A new backend (as after a restart of the observer or supervisor) on the same directory.
+    again = LocalBackend(CLUSTER, harness.data_dir, kill_wait_s=0.5)
+    snapshot = await again.discover()
+    (seen_running,) = snapshot.objects[running_job]
+    (seen_pending,) = snapshot.objects[pending_job]
+    assert seen_running.ref == running
+    assert seen_running.phase is ObjectPhase.RUNNING
+    assert (seen_running.name, seen_running.submission, seen_running.attempt) == (
+        object_name(running_job),
+        4,
+        2,
+    )
+    assert seen_pending.phase is ObjectPhase.PENDING
+    assert seen_pending.gate is GateState.CLOSED
+
+    # ... which can act on them.
+    await again.stop(running)
+    await again.open_gate(pending)
+    stopped = await harness.wait_phase(running_job, running, ObjectPhase.ENDED)
+    assert stopped.cause is not None
+    assert stopped.cause.kind is CauseKind.CANCELLED
+    finished = await harness.wait_phase(pending_job, pending, ObjectPhase.ENDED)
+    assert finished.cause is not None
+    assert finished.cause.kind is CauseKind.NONE
+
+    # Ids keep counting across instances: nothing is ever reused.
+    other = await again.start(make_launch(new_job_id(), harness.spec(Program.SUCCEED)))
+    harness.started.append(other)
+    assert int(other.id) > max(int(running.id), int(pending.id))
+
+
+# -- time limit -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("5", 300),
+        ("0:03", 3),
+        ("1:30", 90),
+        ("1:00:05", 3605),
+        ("2-0", 172800),
+        ("1-2:03", 93780),
+        ("1-0:0:7", 86407),
+        ("0", None),
+        ("0:00", None),
+        ("UNLIMITED", None),
+        ("infinite", None),
+    ],
+)
+def test_time_limit_uses_slurms_format(value: str, seconds: int | None) -> None:
+    assert parse_time_limit(value) == seconds
+
+
+@pytest.mark.parametrize("value", ["", "soon", "1:2:3:4", "-5", "1.5", "1-", "a-1", "1:-2"])
+def test_time_limit_that_does_not_parse_is_refused(value: str) -> None:
+    with pytest.raises(ValueError, match="invalid time limit"):
+        parse_time_limit(value)
+
+
+async def test_time_limit_ends_the_object(harness: LocalHarness) -> None:
+    job = new_job_id()
+    ref = await run(harness, job, shell("exec sleep 60"), time="0:01")
+    observed = await harness.wait_phase(job, ref, ObjectPhase.ENDED)
+    assert observed.cause is not None
+    assert observed.cause.kind is CauseKind.TIME_LIMIT
+    assert observed.cause.provenance is Provenance.SCHEDULER
+    assert observed.cause.detail == "time limit 1 s reached"
+    assert observed.cause.at is not None
+
+
+async def test_an_invalid_time_limit_is_a_refused_launch(harness: LocalHarness) -> None:
+    job = new_job_id()
+    with pytest.raises(LaunchRefusedError, match="invalid time limit 'soon'"):
+        await start(harness, job, shell("exit 0"), time="soon")
+    assert job not in (await harness.discover()).objects
+
+
+# -- stop and the kill wait -------------------------------------------------------------------
+
+
+async def test_stop_sends_sigterm_and_a_job_that_exits_on_it_is_cancelled(
+    harness: LocalHarness,
+) -> None:
+    job = new_job_id()
+    ref = await run(harness, job, shell("trap 'exit 0' TERM; echo ready; while :; do :; done"))
+    await wait_output(harness, ref, "ready")
+    await harness.backend.stop(ref)
+    observed = await harness.wait_phase(job, ref, ObjectPhase.ENDED)
+    assert observed.cause is not None
+    assert observed.cause.kind is CauseKind.CANCELLED
+    assert observed.cause.provenance is Provenance.SCHEDULER
+    assert observed.cause.detail == "stopped by dispatch (SIGTERM)"
+    assert observed.cause.exit_code == 0  # its own exit, kept
+
+
+async def test_kill_wait_is_honoured_before_sigkill(tmp_path: Path) -> None:
+    harness = LocalHarness(tmp_path / "data", kill_wait_s=1.5)
+    try:
+        job = new_job_id()
+        ref = await run(harness, job, shell(TRAP_TERM))
+        await wait_output(harness, ref, "ready")
+        stopped_at = time.monotonic()
+        await harness.backend.stop(ref)
+        assert time.monotonic() - stopped_at < 1.0, "stop must return without the kill wait"
+        stopping = await harness.find(job, ref)
+        assert stopping is not None
+        assert stopping.phase is ObjectPhase.STOPPING
+        observed = await harness.wait_phase(job, ref, ObjectPhase.ENDED)
+        assert time.monotonic() - stopped_at >= 1.5 - 0.1, "SIGKILL came before the kill wait"
+        assert observed.cause is not None
+        assert observed.cause.kind is CauseKind.CANCELLED
+        assert observed.cause.detail == "stopped by dispatch (SIGKILL after kill wait 1.5 s)"
+        assert observed.cause.exit_code is None
+    finally:
+        await harness.cleanup()
+
+
+async def test_stop_of_an_unknown_object_is_harmless_and_open_gate_is_an_error(
+    harness: LocalHarness,
+) -> None:
+    ghost = ObjectRef(cluster=CLUSTER, id="999")
+    await harness.backend.stop(ghost)
+    await harness.backend.emergency_stop(ghost)
+    with pytest.raises(ObjectNotFound):
+        await harness.backend.open_gate(ghost)
+    with pytest.raises(ObjectNotFound):
+        await harness.backend.open_gate(ObjectRef(cluster="elsewhere", id="1"))
+
+
+async def test_emergency_stop_kills_at_once(tmp_path: Path) -> None:
+    harness = LocalHarness(tmp_path / "data", kill_wait_s=60.0)
+    try:
+        job = new_job_id()
+        ref = await run(harness, job, shell(TRAP_TERM))
+        await wait_output(harness, ref, "ready")
+        await harness.backend.emergency_stop(ref)
+
+        async def ended() -> ObservedObject:
+            observed = await harness.find(job, ref)
+            assert observed is not None
+            assert observed.phase is ObjectPhase.ENDED
+            return observed
+
+        # Well inside the 60 s kill wait.
+        observed = await assert_eventually(ended, timeout_s=20.0)
+        assert observed.cause is not None
+        assert observed.cause.kind is CauseKind.CANCELLED
+        assert observed.cause.detail == "emergency stop by dispatch (SIGKILL)"
+        answer = await harness.backend.cessation(ref, observed.nodes)
+        assert answer.ceased, answer
+    finally:
+        await harness.cleanup()
+
+
+async def test_emergency_stop_of_a_pending_object_ends_it_unrun(harness: LocalHarness) -> None:
+    job = new_job_id()
+    ref = await harness.start(job, Program.SUCCEED)
+    await harness.backend.emergency_stop(ref)
+    observed = await harness.wait_phase(job, ref, ObjectPhase.ENDED)
+    assert observed.cause is not None
+    assert observed.cause.kind is CauseKind.CANCELLED
+    assert await harness.execution_env(ref) is None
+
+
+# -- causes -----------------------------------------------------------------------------------
+
+
+async def test_a_process_killed_by_a_signal_is_unknown_with_the_signal_in_words(
+    harness: LocalHarness,
+) -> None:
+    job = new_job_id()
+    ref = await run(harness, job, shell("kill -KILL $$"))
+    observed = await harness.wait_phase(job, ref, ObjectPhase.ENDED)
+    assert observed.cause is not None
+    assert observed.cause.kind is CauseKind.UNKNOWN
+    assert observed.cause.provenance is Provenance.SCHEDULER
+    assert observed.cause.detail == "killed by signal 9 (SIGKILL)"
+    assert observed.cause.exit_code is None
+
+
+async def test_a_command_that_cannot_run_is_launch_failed(harness: LocalHarness) -> None:
+    job = new_job_id()
+    ref = await run(harness, job, ("/nonexistent/train",))
+    observed = await harness.wait_phase(job, ref, ObjectPhase.ENDED)
+    assert observed.cause is not None
+    assert observed.cause.kind is CauseKind.LAUNCH_FAILED
+    assert observed.cause.detail.startswith("cannot execute '/nonexistent/train'")
+
+
+async def test_scripts_env_and_working_directory(harness: LocalHarness, tmp_path: Path) -> None:
+    job = new_job_id()
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    spec = JobSpec(
+        cluster=CLUSTER,
+        script='#!/bin/sh\necho "$GREETING from $(pwd)"\nexit 4\n',
+        env={"GREETING": "hello", "DISPATCH_JOB": "spoofed"},
+        options={"chdir": str(workdir), "partition": "ignored-here"},
+    )
+    ref = await harness.backend.start(make_launch(job, spec))
+    harness.started.append(ref)
+    await harness.backend.open_gate(ref)
+    observed = await harness.wait_phase(job, ref, ObjectPhase.ENDED)
+    assert observed.cause is not None
+    assert observed.cause.exit_code == 4
+    assert (await harness.output(ref)).strip() == f"hello from {workdir}"
+
+    plain = new_job_id()  # no "#!": run by /bin/sh; dispatch's variables win over spec.env
+    spec = JobSpec(cluster=CLUSTER, script='echo "$DISPATCH_JOB"', env={"DISPATCH_JOB": "x"})
+    ref = await harness.backend.start(make_launch(plain, spec))
+    harness.started.append(ref)
+    await harness.backend.open_gate(ref)
+    await harness.wait_phase(plain, ref, ObjectPhase.ENDED)
+    assert (await harness.output(ref)).strip() == plain
+
+
+async def test_a_spec_with_nothing_to_run_is_refused(harness: LocalHarness) -> None:
+    with pytest.raises(LaunchRefusedError, match="nothing to run"):
+        await harness.backend.start(make_launch(new_job_id(), JobSpec(cluster=CLUSTER)))
+
+
+async def test_start_refuses_when_the_runner_cannot_start(tmp_path: Path) -> None:
+    harness = LocalHarness(tmp_path / "data", python="/nonexistent/python3")
+    job = new_job_id()
+    with pytest.raises(LaunchRefusedError, match="cannot start the runner"):
+        await harness.start(job, Program.SUCCEED)
+    assert job not in (await harness.discover()).objects
+
+
+# -- cessation --------------------------------------------------------------------------------
+
+
+async def test_cessation_waits_for_every_process_of_the_group(tmp_path: Path) -> None:
+    """The object ends when its command exits, but a child left in its process group keeps
+    it from having ceased until the runner's clean-up kills it (seed 004)."""
+    harness = LocalHarness(tmp_path / "data", kill_wait_s=1.5)
+    try:
+        job = new_job_id()
+        # The command exits once its child ignores SIGTERM, leaving it in the group.
+        child = "(trap '' TERM; touch trapped; while :; do sleep 0.05; done) &"
+        wait = "while [ ! -e trapped ]; do sleep 0.01; done"
+        ref = await run(harness, job, shell(f"{child} {wait}"), chdir=str(tmp_path))
+        observed = await harness.wait_phase(job, ref, ObjectPhase.ENDED)
+        assert observed.cause is not None
+        assert observed.cause.kind is CauseKind.NONE
+        answer = await harness.backend.cessation(ref, observed.nodes)
+        assert not answer.ceased, answer
+        assert "alive" in answer.detail
+
+        async def ceased() -> None:
+            answer = await harness.backend.cessation(ref, observed.nodes)
+            assert answer.ceased, answer
+
+        await assert_eventually(ceased, timeout_s=harness.settle_timeout_s)
+    finally:
+        await harness.cleanup()
+
+
+async def test_cessation_of_running_and_never_run_objects(harness: LocalHarness) -> None:
+    job = new_job_id()
+    ref = await harness.start(job, Program.SLEEP)
+    answer = await harness.backend.cessation(ref, ())
+    assert answer.ceased, "an object that never ran has no process"
+    await harness.backend.open_gate(ref)
+    running = await harness.wait_phase(job, ref, ObjectPhase.RUNNING)
+    assert not (await harness.backend.cessation(ref, running.nodes)).ceased
+    await harness.backend.stop(ref)
+    await harness.wait_phase(job, ref, ObjectPhase.ENDED)
+
+    async def ceased() -> None:
+        assert (await harness.backend.cessation(ref, running.nodes)).ceased
+
+    await assert_eventually(ceased, timeout_s=harness.settle_timeout_s)
+    with pytest.raises(ObjectNotFound):
+        await harness.backend.cessation(ObjectRef(cluster=CLUSTER, id="999"), ())
+
+
+# -- ended objects and vanished runners ------------------------------------------------------
+
+
+async def test_ended_objects_are_archived_after_the_retention(tmp_path: Path) -> None:
+    harness = LocalHarness(tmp_path / "data", retain_ended_s=0.0)
+    try:
+        job = new_job_id()
+        ref = await harness.start(job, Program.SUCCEED)
+        await harness.backend.open_gate(ref)
+
+        async def gone() -> None:
+            assert job not in (await harness.discover()).objects
+
+        await assert_eventually(gone, timeout_s=harness.settle_timeout_s)
+        assert (tmp_path / "data" / "archive" / ref.id / "status.json").exists()
+        assert (await harness.backend.cessation(ref, ())).ceased
+        assert harness.backend.object_dir(ref).parent.name == "archive"
+    finally:
+        await harness.cleanup()
+
+
+def kill_runner(harness: LocalHarness, ref: ObjectRef) -> None:
+    runner = read_json(harness.backend.object_dir(ref) / "runner.json")
+    pid = runner["pid"]
+    assert isinstance(pid, int)
+    os.kill(pid, signal.SIGKILL)
+
+
+async def test_a_pending_object_whose_runner_vanished_has_ended(harness: LocalHarness) -> None:
+    job = new_job_id()
+    ref = await harness.start(job, Program.SUCCEED)
+    kill_runner(harness, ref)
+    observed = await harness.wait_phase(job, ref, ObjectPhase.ENDED)
+    assert observed.cause is not None
+    assert observed.cause.kind is CauseKind.UNKNOWN
+    assert observed.cause.detail == "runner vanished before the gate opened"
+
+
+async def test_a_running_object_whose_runner_vanished_can_still_be_stopped(
+    harness: LocalHarness,
+) -> None:
+    job = new_job_id()
+    ref = await run(harness, job, shell(TRAP_TERM))
+    await wait_output(harness, ref, "ready")
+    kill_runner(harness, ref)
+    await asyncio.sleep(0.2)  # give a wrongly-ended object time to show; it must not
+    still = await harness.find(job, ref)
+    assert still is not None
+    assert still.phase is ObjectPhase.RUNNING, "the command still runs without its runner"
+    await harness.backend.stop(ref)  # SIGTERM is ignored: SIGKILL after the kill wait
+    observed = await harness.wait_phase(job, ref, ObjectPhase.ENDED)
+    assert observed.cause is not None
+    assert observed.cause.kind is CauseKind.UNKNOWN
+    assert observed.cause.detail == "runner vanished; exit status lost"
+    assert (await harness.backend.cessation(ref, observed.nodes)).ceased
+
+
+async def test_start_does_not_block_the_event_loop(harness: LocalHarness) -> None:
+    """Runner spawns and scans run in worker threads: the loop keeps ticking meanwhile."""
+    ticks = 0
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            await asyncio.sleep(0.001)
+
+    task = asyncio.create_task(ticker())
+    try:
+        await asyncio.gather(*(harness.start(new_job_id(), Program.SLEEP) for _ in range(10)))
+        await harness.discover()
+    finally:
+        stop.set()
+        await task
+    assert ticks >= 5, f"the loop ticked {ticks} times while 10 objects started"
