@@ -197,6 +197,7 @@ class _Pass:
         )
         self.stops.append(Stop(key=self.key(what, which), intent=intent))
         self.apply(intent)
+        self.wake(self.now + timedelta(seconds=STOP_INTERVAL_S))  # asked again while alive
 
     # -- what the rules ask of the job ------------------------------------------------------
 
@@ -316,7 +317,8 @@ def _endings(p: _Pass) -> None:
     no longer shows is *gone*, its execution ended (cause ``unknown`` from the scheduler, or
     ``cancelled`` by dispatch when dispatch had asked it to stop). Only the current
     submission's object drives the job: its new endings go to :func:`_decide_ending`, in
-    order. A decision a crash separated from its ending is made again (:func:`_resume`).
+    order. A decision a crash separated from its ending is made again
+    (:func:`_resume_recovery`, :func:`_resume_decision`).
     """
     _resume_recovery(p)
     decided = False
@@ -482,11 +484,10 @@ def _resume_decision(p: _Pass) -> None:
     if primary is None or not primary.ended or not p.decidable():
         return
     obs = p.own.get(primary.ref)
-    if not primary.fenced:
-        if p.discovery is None:
-            return
-        if obs is not None and (obs.alive or obs.restarts not in primary.ended):
-            return
+    # Only an end the scheduler shows (or the fence made) is resumed here; an object that is
+    # gone gets its end recorded, and decided, by the gone rule.
+    if not primary.fenced and (obs is None or obs.alive or obs.restarts not in primary.ended):
+        return
     cause = obs.cause if obs is not None and obs.cause is not None else p.job.ended_cause
     if cause is None:
         return
@@ -614,13 +615,32 @@ def _open_submission(p: _Pass, why: str, cause: Cause | None) -> None:
 
 def _outcome(p: _Pass, state: State, cause: Cause) -> None:
     """Commit the job's outcome; "Only a committed outcome is terminal" and it never
-    changes (seed 000), so a job with one gets no other."""
-    if p.job.outcome is None:
+    changes (seed 000), so a job with one gets no other.
+
+    A person's hold still in force (an execution can end under it) ends with the job, as a
+    cancel ends it: nothing is left to release, resubmit or give up.
+    """
+    if p.job.outcome is not None:
+        return
+    hold = p.job.hold
+    if hold is not None:
         p.commit(
-            "outcome",
-            state,
-            OutcomeCommitted(job_id=p.job.job_id, at=p.now, state=state, cause=cause),
+            "release",
+            hold.instance,
+            HoldReleased(
+                job_id=p.job.job_id,
+                at=p.now,
+                instance=hold.instance,
+                by=SUPERVISOR,
+                how="outcome",
+                reason=f"the job has an outcome: {state}",
+            ),
         )
+    p.commit(
+        "outcome",
+        state,
+        OutcomeCommitted(job_id=p.job.job_id, at=p.now, state=state, cause=cause),
+    )
 
 
 def _fail(p: _Pass, ref: ObjectRef, cause: Cause, why: str, *, lived_on: bool) -> None:
@@ -707,11 +727,9 @@ def _fence(p: _Pass) -> None:
     if cause.kind is not CauseKind.NODE_LOST or obs.restarts in primary.ended:
         return
     since = primary.node_loss_since
-    if (
-        since is None
-        or primary.node_loss_restart != obs.restarts
-        or (cause.at is not None and cause.at > since)
-    ):
+    # The window runs from the first sight of the loss on this execution; a scheduler whose
+    # condition time moves on each poll must not push the fence away for ever.
+    if since is None or primary.node_loss_restart != obs.restarts:
         since = cause.at or p.discovery.seen_at
         p.commit(
             "node-loss",
@@ -792,6 +810,7 @@ def _holds(p: _Pass) -> None:
             p.wake(next_ask)
             return
     obs = p.own.get(primary.ref)
+    p.wake(p.now + timedelta(seconds=CESSATION_INTERVAL_S))  # ask again if no answer comes
     p.asks.append(
         AskCessation(
             key=p.key("ask-cessation", f"{primary.ref}:{_iso(asked)}"),
@@ -840,56 +859,6 @@ def _ceased(p: _Pass, hold: Hold) -> None:
         )
 
 
-# -- 6. unknown launches ----------------------------------------------------------------------
-
-
-def _unknown_launches(p: _Pass) -> None:
-    """Escalate a launch whose outcome stayed unknown for the unresolved age.
-
-    Seed 002, "all-unknown:<N> or unmatched:<N>/<a>": "A Start call's outcome stayed unknown
-    for at least the job's unresolved age, 10 minutes unless WithUnresolvedAge set it, and
-    no object turned up for it." ``all-unknown:<N>`` when every attempt of N is unknown
-    (from the last attempt's intent); otherwise ``unmatched:<N>/<a>`` for each unknown
-    attempt. Every submission is checked: an unknown launch blocks settling.
-    """
-    age = timedelta(seconds=p.job.spec.unresolved_age_s)
-    for sub in p.job.submissions:
-        unknown = [a for a in sub.attempts if a.outcome is LaunchOutcome.UNKNOWN]
-        if not unknown:
-            continue
-        if len(unknown) == len(sub.attempts):
-            escalation_id = f"all-unknown:{sub.number}"
-            due = sub.attempts[-1].intended_at + age
-            if p.job.escalation(escalation_id) is not None:
-                continue
-            if p.now < due:
-                p.wake(due)
-                continue
-            p.escalate(
-                escalation_id,
-                f"no launch of submission {sub.number} is known to have made an object "
-                f"({len(unknown)} attempts, outcome unknown since {_iso(unknown[0].intended_at)}"
-                f"{_words(unknown[-1].detail)}); check the scheduler for an object named "
-                f"{_name(p.job.job_id)}, and if there is none, abandon submission {sub.number}",
-            )
-            continue
-        for attempt in unknown:
-            escalation_id = f"unmatched:{sub.number}/{attempt.attempt}"
-            due = attempt.intended_at + age
-            if p.job.escalation(escalation_id) is not None:
-                continue
-            if p.now < due:
-                p.wake(due)
-                continue
-            p.escalate(
-                escalation_id,
-                f"launch {sub.number}/{attempt.attempt} has an unknown outcome since "
-                f"{_iso(attempt.intended_at)}{_words(attempt.detail)}; check the scheduler "
-                f"for an object named {_name(p.job.job_id)}, and if there is none, abandon "
-                f"attempt {sub.number}/{attempt.attempt}",
-            )
-
-
 # -- 5. launches ------------------------------------------------------------------------------
 
 
@@ -918,12 +887,12 @@ def _launches(p: _Pass) -> None:
         return
     last = attempts[-1] if attempts else None
     if any(a.outcome is LaunchOutcome.UNKNOWN for a in attempts):
-        relaunch = job.spec.on_unknown_launch is UnknownLaunchPolicy.RELAUNCH
+        # relaunch: the next attempt once the last one came back unknown (not while one is
+        # in flight: its detail is empty until ``LaunchUnknown``), or was refused or closed.
         if (
-            relaunch
+            job.spec.on_unknown_launch is UnknownLaunchPolicy.RELAUNCH
             and last is not None
-            and last.outcome is LaunchOutcome.UNKNOWN
-            and last.detail  # the call came back unknown; not one in flight
+            and (last.outcome is not LaunchOutcome.UNKNOWN or last.detail)
             and len(attempts) < job.spec.max_launch_attempts
         ):
             _launch(p)
@@ -999,6 +968,56 @@ def _refused(p: _Pass, sub: Submission) -> None:
         f"the job failed: the scheduler refused every attempt to launch submission "
         f"{sub.number} ({len(sub.attempts)} attempts){_words(last.detail)}",
     )
+
+
+# -- 6. unknown launches ----------------------------------------------------------------------
+
+
+def _unknown_launches(p: _Pass) -> None:
+    """Escalate a launch whose outcome stayed unknown for the unresolved age.
+
+    Seed 002, "all-unknown:<N> or unmatched:<N>/<a>": "A Start call's outcome stayed unknown
+    for at least the job's unresolved age, 10 minutes unless WithUnresolvedAge set it, and
+    no object turned up for it." ``all-unknown:<N>`` when every attempt of N is unknown
+    (from the last attempt's intent); otherwise ``unmatched:<N>/<a>`` for each unknown
+    attempt. Every submission is checked: an unknown launch blocks settling.
+    """
+    age = timedelta(seconds=p.job.spec.unresolved_age_s)
+    for sub in p.job.submissions:
+        unknown = [a for a in sub.attempts if a.outcome is LaunchOutcome.UNKNOWN]
+        if not unknown:
+            continue
+        if len(unknown) == len(sub.attempts):
+            escalation_id = f"all-unknown:{sub.number}"
+            due = sub.attempts[-1].intended_at + age
+            if p.job.escalation(escalation_id) is not None:
+                continue
+            if p.now < due:
+                p.wake(due)
+                continue
+            p.escalate(
+                escalation_id,
+                f"no launch of submission {sub.number} is known to have made an object "
+                f"({len(unknown)} attempts, outcome unknown since {_iso(unknown[0].intended_at)}"
+                f"{_words(unknown[-1].detail)}); check the scheduler for an object named "
+                f"{_name(p.job.job_id)}, and if there is none, abandon submission {sub.number}",
+            )
+            continue
+        for attempt in unknown:
+            escalation_id = f"unmatched:{sub.number}/{attempt.attempt}"
+            due = attempt.intended_at + age
+            if p.job.escalation(escalation_id) is not None:
+                continue
+            if p.now < due:
+                p.wake(due)
+                continue
+            p.escalate(
+                escalation_id,
+                f"launch {sub.number}/{attempt.attempt} has an unknown outcome since "
+                f"{_iso(attempt.intended_at)}{_words(attempt.detail)}; check the scheduler "
+                f"for an object named {_name(p.job.job_id)}, and if there is none, abandon "
+                f"attempt {sub.number}/{attempt.attempt}",
+            )
 
 
 # -- 7. gates ---------------------------------------------------------------------------------

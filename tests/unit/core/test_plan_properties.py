@@ -1,0 +1,339 @@
+"""Properties of the planner, over random walks of a simulated scheduler and operator
+(hypothesis): ``next_steps`` is idempotent, a settled job gets nothing but delivery and
+clean-up, no rule's budget is ever exceeded, a committed outcome never changes, recovering
+never returns to pending, each escalation id is committed once, and a gate opens only when
+nothing else of the job lives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dispatch_core.commands import (
+    Abandon,
+    Cancel,
+    EmergencyStop,
+    GiveUp,
+    HoldCommand,
+    Release,
+    Resubmit,
+)
+from dispatch_core.errors import Refused
+from dispatch_core.events import (
+    AbandonTarget,
+    EscalationCommitted,
+    ExecutionEnded,
+    OutcomeCommitted,
+)
+from dispatch_core.job import LaunchOutcome, Status
+from dispatch_core.plan import next_steps
+from dispatch_core.project import settled
+from dispatch_core.state import (
+    Action,
+    CauseKind,
+    Declarations,
+    Enforcer,
+    GateState,
+    JobSpec,
+    ObjectPhase,
+    Provenance,
+    RecoveryRule,
+    SharedCheckpoint,
+    State,
+    UnknownLaunchPolicy,
+)
+from dispatch_core.steps import Commit, Deliver, OpenGate, Pass
+from tests.unit.core.helpers import ALICE, CLUSTER, Record, Sim, cause, decisions, facts
+
+ENDINGS = [
+    CauseKind.NONE,
+    CauseKind.PREEMPTED,
+    CauseKind.NODE_LOST,
+    CauseKind.OUT_OF_MEMORY,
+    CauseKind.TIME_LIMIT,
+    CauseKind.NON_ZERO_EXIT,
+    CauseKind.CANCELLED,
+    CauseKind.UNKNOWN,
+]
+COVERABLE = [k for k in ENDINGS if k not in (CauseKind.NONE, CauseKind.CANCELLED)]
+
+
+@st.composite
+def _rules(draw: st.DrawFn) -> tuple[RecoveryRule, ...]:
+    """A legal policy's rules: disjoint causes, unknown only by hold or escalate; preemption
+    always has a recovering rule, so walks recover often."""
+    rules = [
+        RecoveryRule(
+            on=(CauseKind.PREEMPTED,),
+            action=draw(st.sampled_from([Action.RESUBMIT, Action.RESUBMIT, Action.REQUEUE])),
+            budget=draw(st.integers(1, 3)),
+            enforcer=draw(
+                st.sampled_from([Enforcer.BACKEND, Enforcer.BACKEND, Enforcer.SUPERVISOR])
+            ),
+        )
+    ]
+    others = [k for k in COVERABLE if k is not CauseKind.PREEMPTED]
+    kinds = draw(st.permutations(others))
+    for kind in kinds[: draw(st.integers(1, len(kinds)))]:
+        actions = [Action.HOLD, Action.ESCALATE]
+        if kind is not CauseKind.UNKNOWN:
+            actions += [Action.RESUBMIT, Action.RESUBMIT, Action.REQUEUE, Action.RESTART]
+        rules.append(
+            RecoveryRule(
+                on=(kind,),
+                action=draw(st.sampled_from(actions)),
+                budget=draw(st.integers(0, 3)),
+                enforcer=draw(st.sampled_from(Enforcer)),
+                hold_for_s=draw(st.sampled_from([60.0, 3600.0])),
+            )
+        )
+    return tuple(draw(st.permutations(rules)))
+
+
+@dataclass(frozen=True)
+class _Setup:
+    rules: tuple[RecoveryRule, ...]
+    spec: JobSpec
+    declarations: Declarations
+
+
+_setups = st.builds(
+    _Setup,
+    rules=_rules(),
+    spec=st.builds(
+        JobSpec,
+        cluster=st.just(CLUSTER),
+        extensions=st.sampled_from([(), (SharedCheckpoint(),)]),
+        max_launch_attempts=st.integers(1, 3),
+        on_unknown_launch=st.sampled_from(UnknownLaunchPolicy),
+        unresolved_age_s=st.just(600.0),
+        cleanup_deadline_s=st.just(1800.0),
+    ),
+    declarations=st.builds(
+        Declarations,
+        node_loss_window_s=st.sampled_from([60.0, 300.0]),
+        native_actions=st.frozensets(st.sampled_from([Action.REQUEUE, Action.RESTART])),
+        cessation_signal=st.booleans(),
+        emergency_stop=st.booleans(),
+    ),
+)
+
+_ENDS = [CauseKind.PREEMPTED] * 4 + COVERABLE + [CauseKind.NONE, CauseKind.CANCELLED]
+_COMMANDS = [
+    "cancel",
+    "hold",
+    "release",
+    "release",
+    "resubmit",
+    "resubmit",
+    "give-up",
+    "abandon-submission",
+    "abandon-attempt",
+    "abandon-foreign",
+    "emergency-stop",
+]
+_moves = st.lists(
+    st.one_of(
+        st.tuples(st.just("tick"), st.sampled_from([1, 30, 61, 301, 601, 1801, 3601, 86401])),
+        st.tuples(st.just("tick"), st.sampled_from([1, 61, 301])),
+        st.tuples(st.just("end"), st.sampled_from(_ENDS)),
+        st.tuples(st.just("end"), st.sampled_from(_ENDS)),
+        st.tuples(st.just("requeue"), st.sampled_from([CauseKind.PREEMPTED, *COVERABLE])),
+        st.tuples(st.just("node-lost"), st.just(None)),
+        st.tuples(st.just("vanish"), st.just(None)),
+        st.tuples(st.just("foreign"), st.booleans()),
+        st.tuples(st.just("admin-hold"), st.just(None)),
+        st.tuples(st.just("duplicate"), st.integers(1, 4)),
+        st.tuples(st.just("answer"), st.sampled_from(["recorded", "refused", "unknown", "lost"])),
+        st.tuples(st.just("answer"), st.just("recorded")),
+        st.tuples(st.just("settle-stops"), st.just(None)),
+        st.tuples(st.just("settle-stops"), st.just(None)),
+        st.tuples(st.just("command"), st.sampled_from(_COMMANDS)),
+    ),
+    min_size=8,
+    max_size=30,
+)
+
+
+def _apply_move(sim: Sim, move: tuple[str, Any]) -> None:
+    name, arg = move
+    live = [o for o in sim.objects.values() if o.alive and not o.foreign]
+    # Act on the current submission's object when there is one (the interesting one).
+    sub = sim.job.submission
+    live.sort(key=lambda o: (sub is not None and o.submission == sub.number, o.ref.id))
+    if name == "tick":
+        sim.tick(arg)
+    elif name == "end" and live:
+        sim.end(live[-1].ref, cause(arg, f"scheduler says {arg}"))
+    elif name == "requeue" and live:
+        sim.requeue(live[-1].ref, cause(arg), phase=ObjectPhase.RUNNING)
+    elif name == "node-lost" and live:
+        sim.update(live[-1].ref, phase=ObjectPhase.RUNNING, cause=cause(CauseKind.NODE_LOST))
+    elif name == "vanish" and live:
+        sim.vanish(live[0].ref)
+    elif name == "foreign":
+        if arg:
+            sim.foreign(f"f{sim.next_id}")
+            sim.next_id += 1
+        else:
+            for obj in [o for o in sim.objects.values() if o.foreign and o.alive]:
+                sim.end(obj.ref, cause(CauseKind.CANCELLED))
+    elif name == "admin-hold" and live:
+        sim.update(live[-1].ref, gate=GateState.ADMIN_HELD)
+    elif name == "duplicate":
+        sub = sim.job.submission
+        sim.own(sub.number if sub else 1, arg, phase=ObjectPhase.RUNNING, gate=GateState.OPEN)
+    elif name == "answer":
+        sim.launch_answer = arg
+    elif name == "settle-stops":
+        sim.settle_stops()
+    elif name == "command":
+        _command(sim, arg)
+
+
+def _command(sim: Sim, which: str) -> None:
+    job = sim.job
+    foreign = [o.ref for o in sim.objects.values() if o.foreign]
+    unknown = [a for s in job.submissions for a in s.attempts if a.outcome is LaunchOutcome.UNKNOWN]
+    command: Any
+    match which:
+        case "cancel":
+            command = Cancel(by=ALICE, reason="r")
+        case "hold":
+            command = HoldCommand(by=ALICE, reason="r", for_s=600.0)
+        case "release":
+            command = Release(by=ALICE, reason="r")
+        case "resubmit":
+            command = Resubmit(by=ALICE, reason="r")
+        case "give-up":
+            command = GiveUp(by=ALICE, reason="r")
+        case "emergency-stop":
+            command = EmergencyStop(by=ALICE, reason="r")
+        case "abandon-submission" if unknown:
+            command = Abandon(
+                by=ALICE, reason="r", target=AbandonTarget(submission=unknown[0].submission)
+            )
+        case "abandon-attempt" if unknown:
+            target = AbandonTarget(submission=unknown[0].submission, attempt=unknown[0].attempt)
+            command = Abandon(by=ALICE, reason="r", target=target)
+        case "abandon-foreign" if foreign:
+            command = Abandon(by=ALICE, reason="r", target=AbandonTarget(foreign=foreign[0]))
+        case _:
+            return
+    with contextlib.suppress(Refused):  # the operator asked for something not allowed now
+        sim.command(command)
+
+
+def _check_pass(sim: Sim, p: Pass) -> None:
+    """Every invariant of one pass, planned from the sim's record and discovery."""
+    job, discovery, now = sim.job, sim.discovery(), sim.now
+
+    # Deterministic.
+    assert next_steps(job, discovery, sim.declarations, now) == p
+
+    # Escalations: ids unique in the pass and never one the record holds.
+    ids = [
+        s.event.id
+        for s in p.steps
+        if isinstance(s, Commit) and isinstance(s.event, EscalationCommitted)
+    ]
+    assert len(ids) == len(set(ids))
+    assert not any(job.escalation(i) is not None for i in ids)
+
+    # A committed outcome never changes.
+    if job.outcome is not None:
+        assert not any(
+            isinstance(s, Commit) and isinstance(s.event, OutcomeCommitted) for s in p.steps
+        )
+
+    # A settled job gets nothing but delivery and the record catching up with ends.
+    if settled(job, discovery):
+        for step in p.steps:
+            assert isinstance(step, Deliver) or (
+                isinstance(step, Commit) and isinstance(step.event, ExecutionEnded)
+            ), step
+
+    # A gate opens only when nothing else of the job lives.
+    for step in p.steps:
+        if isinstance(step, OpenGate):
+            others = [
+                o for o in discovery.objects if not o.foreign and o.alive and o.ref != step.ref
+            ]
+            assert others == [], (step, others)
+
+    # Idempotent: with the pass carried out (decisions, gates opened, a cessation answer of
+    # "not yet": a "ceased" answer is a new fact), planning again with the same discovery
+    # and now gives only Deliver.
+    record = Record(sim.record.events[0][1])  # type: ignore[arg-type]
+    record.events = list(sim.record.events)
+    record.append(decisions(p))
+    record.append(facts(p, now, ceased=False))
+    after = record.job(now)
+    again = next_steps(after, discovery, sim.declarations, now)
+    assert [type(s) for s in again.steps if not isinstance(s, Deliver)] == [], again.steps
+
+    # No rule's budget is ever exceeded.
+    for rule in after.plan.rules:
+        assert after.spent(rule.rule) <= rule.budget
+
+    # The outcome, once committed, is the same after the pass.
+    if job.outcome is not None:
+        assert (after.outcome, after.outcome_cause) == (job.outcome, job.outcome_cause)
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(setup=_setups, moves=_moves, answers=st.lists(st.booleans(), min_size=32, max_size=32))
+def test_planner_invariants_hold_over_random_walks(
+    setup: _Setup, moves: list[tuple[str, Any]], answers: list[bool]
+) -> None:
+    """``next_steps`` is deterministic and idempotent; a settled job gets only delivery and
+    clean-up; no budget is exceeded; a committed outcome never changes; each escalation is
+    committed once; a gate opens only when nothing else lives; recovering never returns to
+    pending (seed 000)."""
+    sim = Sim(*setup.rules, spec=setup.spec, declarations=setup.declarations)
+    been_recovering = False
+    for i, move in enumerate([("tick", 1), *moves]):
+        _apply_move(sim, move)
+        p = sim.plan()
+        _check_pass(sim, p)
+        sim.step(ceased=answers[i] if i < len(answers) else False, delivered=bool(i % 2))
+        status = sim.status()
+        assert isinstance(status, Status)
+        if status.state is State.RECOVERING:
+            been_recovering = True
+        if been_recovering:
+            assert status.state is not State.PENDING
+    # Every escalation id is committed once over the whole walk.
+    ids = [e.id for e in sim.job.escalations]
+    assert len(ids) == len(set(ids))
+
+
+@settings(max_examples=100, deadline=None)
+@given(setup=_setups, kinds=st.lists(st.sampled_from(COVERABLE), min_size=1, max_size=8))
+def test_no_rule_budget_is_ever_exceeded(setup: _Setup, kinds: list[CauseKind]) -> None:
+    """Seed 000: a rule recovers while it has "budget left"; with "a spent budget" the job
+    fails. However often executions end, no rule spends more than its budget."""
+    sim = Sim(*setup.rules, spec=setup.spec, declarations=setup.declarations)
+    for kind in kinds:
+        sim.step(ceased=True)
+        sim.tick(61)
+        sim.step(ceased=True)
+        live = [o for o in sim.objects.values() if o.alive and not o.foreign]
+        if live and kind is CauseKind.PREEMPTED:
+            sim.requeue(live[-1].ref, cause(kind), phase=ObjectPhase.RUNNING)
+        elif live:
+            sim.end(live[-1].ref, cause(kind, provenance=Provenance.SCHEDULER))
+        sim.tick(61)
+        sim.step(ceased=True)
+        sim.settle_stops()
+        for rule in sim.job.plan.rules:
+            assert sim.job.spent(rule.rule) <= rule.budget
