@@ -14,20 +14,22 @@ itself, so the planner and the record can't disagree on what an event means. Onc
 commits and intents are in the record, planning again with the same discovery and ``now``
 gives nothing but ``Deliver`` (the planner is idempotent).
 
-The rules run in this order, one function per rule family:
+The rules run in this order, one function per rule family (the numbers are those of
+docs/core-semantics.md, "The planner"):
 
 1. :func:`_found_launches`: objects matched to unknown launches; duplicates stopped.
-2. :func:`_endings`: executions that ended, recorded; the current one decided by
-   :func:`_decide_ending` (an object ending is not the job ending).
-3. :func:`_fence`: the node-loss fence.
-4. :func:`_holds`: overdue holds, the cessation signal, a ceased answer lifting a hold.
-5. :func:`_launches`: submissions opened and launched, ``refused:<N>``.
-6. :func:`_unknown_launches`: ``all-unknown:<N>`` and ``unmatched:<N>/<a>``.
-7. :func:`_gates`: start gates opened; ``admin-held:<id>``.
-8. :func:`_foreign`: ``foreign:<id>``.
-9. :func:`_stops`: objects that must stop (outcome, duplicates), emergency stops, re-asks.
-10. :func:`_cleanup`: ``cleanup-deadline``.
-11. :func:`_deliver`: the escalations the record held undelivered.
+2. :func:`_endings`: executions that ended, recorded (objects gone included); a decision a
+   crash lost is made again.
+3. :func:`_decide_ending`: an object ending is not the job ending (the plan's rule).
+4. :func:`_fence`: the node-loss fence.
+5. :func:`_holds`: overdue holds, the cessation signal, a ceased answer lifting a hold.
+6. :func:`_launches`: submissions opened and launched, ``refused:<N>``.
+7. :func:`_unknown_launches`: ``all-unknown:<N>`` and ``unmatched:<N>/<a>``.
+8. :func:`_gates`: start gates opened; ``admin-held:<id>``.
+9. :func:`_foreign`: ``foreign:<id>``.
+10. :func:`_stops`: objects that must stop (outcome, duplicates), emergency stops, re-asks.
+11. :func:`_cleanup`: ``cleanup-deadline``.
+12. :func:`_deliver`: the escalations the record held undelivered.
 """
 
 from __future__ import annotations
@@ -410,12 +412,14 @@ def _gone_restart(p: _Pass, record: ObjectRecord) -> int | None:
     """R of the execution of ``record`` to record ended because the scheduler no longer
     shows the object, or ``None`` when it isn't gone (or its end is already recorded).
 
-    A Discovery taken before the object could show proves nothing: the object is gone only
-    if the discovery of its cluster was seen after the record knew the object visible (its
-    gate opened, its node loss seen, a stop asked), or at least the unresolved age after its
-    launch was intended (the age after which seed 002 says a launch nobody can see is
-    lost). Its execution R is 0 (or the one that lost its node) when none ended yet; for
-    the current submission's object whose earlier executions each lived on (native
+    A Discovery taken before the object could show proves nothing (an observer republishes
+    only on change): the object is gone only if the discovery of its cluster was seen after
+    the latest time the record knew the object visible (its gate opened, its node loss seen,
+    a stop asked), or, when it never did, at least the unresolved age after its launch was
+    intended (the age after which seed 002 treats a launch nobody can see as lost).
+
+    Its execution R is 0 (or the one that lost its node) when none ended yet; for the
+    current submission's object whose earlier executions each lived on (native
     recoveries), the next R.
     """
     discovery = p.discovery
@@ -494,7 +498,7 @@ def _resume_decision(p: _Pass) -> None:
     _decide_ending(p, primary.ref, max(primary.ended), cause, lived_on=False)
 
 
-# -- the decision on an ending ----------------------------------------------------------------
+# -- 3. the decision on an ending ----------------------------------------------------------------
 
 
 def _decide_ending(p: _Pass, ref: ObjectRef, restart: int, cause: Cause, *, lived_on: bool) -> None:
@@ -706,7 +710,7 @@ def _place_recovery_hold(p: _Pass, rule: PlannedRule, cause: Cause) -> None:
     )
 
 
-# -- 3. the node-loss fence -----------------------------------------------------------------
+# -- 4. the node-loss fence -----------------------------------------------------------------
 
 
 def _fence(p: _Pass) -> None:
@@ -765,7 +769,7 @@ def _fence(p: _Pass) -> None:
         _decide_ending(p, primary.ref, obs.restarts, cause, lived_on=False)
 
 
-# -- 4. holds and cessation -----------------------------------------------------------------
+# -- 5. holds and cessation -----------------------------------------------------------------
 
 
 def _holds(p: _Pass) -> None:
@@ -859,7 +863,7 @@ def _ceased(p: _Pass, hold: Hold) -> None:
         )
 
 
-# -- 5. launches ------------------------------------------------------------------------------
+# -- 6. launches ------------------------------------------------------------------------------
 
 
 def _launches(p: _Pass) -> None:
@@ -970,7 +974,7 @@ def _refused(p: _Pass, sub: Submission) -> None:
     )
 
 
-# -- 6. unknown launches ----------------------------------------------------------------------
+# -- 7. unknown launches ----------------------------------------------------------------------
 
 
 def _unknown_launches(p: _Pass) -> None:
@@ -1020,7 +1024,7 @@ def _unknown_launches(p: _Pass) -> None:
             )
 
 
-# -- 7. gates ---------------------------------------------------------------------------------
+# -- 8. gates ---------------------------------------------------------------------------------
 
 
 def _gates(p: _Pass) -> None:
@@ -1066,7 +1070,7 @@ def _gates(p: _Pass) -> None:
     p.gates.append(OpenGate(key=p.key("open-gate", primary.ref), ref=primary.ref))
 
 
-# -- 8. foreign objects -----------------------------------------------------------------------
+# -- 9. foreign objects -----------------------------------------------------------------------
 
 
 def _foreign(p: _Pass) -> None:
@@ -1087,7 +1091,7 @@ def _foreign(p: _Pass) -> None:
             )
 
 
-# -- 9. stops ---------------------------------------------------------------------------------
+# -- 10. stops ---------------------------------------------------------------------------------
 
 
 def _stops(p: _Pass) -> None:
@@ -1128,7 +1132,7 @@ def _stops(p: _Pass) -> None:
             p.wake(asked + timedelta(seconds=STOP_INTERVAL_S))
 
 
-# -- 10. clean-up -----------------------------------------------------------------------------
+# -- 11. clean-up -----------------------------------------------------------------------------
 
 
 def _cleanup(p: _Pass) -> None:
@@ -1176,7 +1180,7 @@ def _cleanup(p: _Pass) -> None:
     )
 
 
-# -- 11. delivery -----------------------------------------------------------------------------
+# -- 12. delivery -----------------------------------------------------------------------------
 
 
 def _deliver(p: _Pass) -> tuple[Step, ...]:
