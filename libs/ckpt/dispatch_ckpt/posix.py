@@ -96,7 +96,12 @@ class PosixStore:
         """
         path = os.path.join(self._pub, name)
         try:
+            # Apart from the exclusive create: makedirs raises FileExistsError when pub/ is a
+            # file, which is a broken root, not a lost race.
             os.makedirs(self._pub, exist_ok=True)
+        except OSError as err:
+            raise StoreError("create entry", path, f"can't create pub/: {err}") from err
+        try:
             fd = os.open(path, _CREATE_FLAGS, _ENTRY_MODE)
         except FileExistsError as err:
             raise AlreadyPublished(name, path) from err
