@@ -44,7 +44,7 @@ NEW_EPOCH: Final = epoch(0, 2, 0)
 _PUBLISHED_STEP: Final = 100
 _LATE_STEP: Final = 200
 _NEW_STEP_DELTA: Final = 50
-_READS_AFTER_PUBLISH: Final = 3
+_READS_AFTER_PUBLISH: Final = 2
 _POINTER: Final = "LATEST"
 _WAIT_S: Final = 60.0
 

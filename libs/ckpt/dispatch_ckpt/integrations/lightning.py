@@ -12,6 +12,8 @@ barrier); then the global rank zero publishes the file at ``trainer.global_step`
 checkpoints go to ``<root>/exec/<attempt>/`` unless ``dirpath`` names a folder inside it;
 ``save_top_k`` deletes only this execution's files there. ``resume_path()`` is the latest
 publication, this job's or (for a superseding job sharing the root) the superseded job's.
+Resuming another execution's file, Lightning warns "The dirpath has changed" and leaves that
+folder's top-k bookkeeping behind: as intended, this execution never rotates another's files.
 """
 
 from __future__ import annotations

@@ -27,8 +27,9 @@ import msgspec
 import torch
 
 from dispatch_ckpt.checkpoints import Checkpoints
-from dispatch_ckpt.errors import IncompatibleSave
-from dispatch_ckpt.names import Publication
+from dispatch_ckpt.errors import AlreadyPublished, IncompatibleSave
+from dispatch_ckpt.names import Publication, encode_name
+from dispatch_ckpt.store import PUB_DIR
 
 __all__ = ["Resumed", "TorchCheckpoints"]
 
@@ -84,11 +85,17 @@ class TorchCheckpoints:
 
         Raises:
             MissingEnvironment: ``DISPATCH_ATTEMPT`` or ``DISPATCH_EPOCH`` missing.
-            AlreadyPublished: this step was published already by this execution.
+            AlreadyPublished: this step was published already by this execution (found
+                before anything is written, so the published file is left as it was).
             StoreError: the store failed.
         """
         self.ckpt.exec_dir()
         relpath = self.save_relpath(step)
+        name = encode_name(self.ckpt.env.require_epoch("save"), step, relpath)
+        if self.ckpt.store.exists(f"{PUB_DIR}/{name}"):
+            # Checked before writing: rewriting the file would change a published save.
+            # Nothing but this execution writes its folder, so the check can't go stale.
+            raise AlreadyPublished(name, self.ckpt.store.location(f"{PUB_DIR}/{name}"))
         buffer = io.BytesIO()
         torch.save(state, buffer)
         self.ckpt.store.write_bytes(relpath, buffer.getvalue())
