@@ -96,11 +96,19 @@ _RECOVERY_WHYS: Final = frozenset({"recovery", "ceased"})
 """``SubmissionOpened.why`` of the submissions a non-native ``RecoveryCommitted`` opens."""
 
 
+class _Unset:
+    """The type of ``_UNSET``: a cached value not computed yet."""
+
+
+_UNSET: Final = _Unset()
+
+
 class _Pass:
     """The working state of one pass: the job as if this pass's commits were applied, and
     the steps decided so far, by kind, in the order they are carried out."""
 
     __slots__ = (
+        "_primary",
         "asks",
         "commits",
         "declarations",
@@ -138,6 +146,7 @@ class _Pass:
         self.launches: list[Step] = []
         self.asks: list[Step] = []
         self.wakes: list[datetime] = []
+        self._primary: ObjectRecord | _Unset | None = _UNSET
 
     # -- keys, wakes, applying --------------------------------------------------------------
 
@@ -153,6 +162,7 @@ class _Pass:
     def apply(self, event: JobEvent) -> None:
         """Fold ``event`` into the working job, as the record will once it is committed."""
         self.job = fold(((self.job.seq + 1, event),), self.now, prior=self.job)
+        self._primary = _UNSET
 
     def commit(self, what: str, which: object, event: JobEvent) -> None:
         """Decide a ``Commit`` step and apply its event."""
@@ -206,13 +216,16 @@ class _Pass:
     def primary(self) -> ObjectRecord | None:
         """The current submission's object: the first object the record holds as launched
         for the current N (a later one of the same N is a duplicate of it)."""
-        sub = self.job.submission
-        if sub is None:
-            return None
-        for obj in self.job.objects:
-            if obj.submission == sub.number and not obj.duplicate:
-                return obj
-        return None
+        if self._primary is _UNSET:
+            self._primary = None
+            sub = self.job.submission
+            if sub is not None:
+                for obj in self.job.objects:
+                    if obj.submission == sub.number and not obj.duplicate:
+                        self._primary = obj
+                        break
+        assert not isinstance(self._primary, _Unset)
+        return self._primary
 
     def decidable(self) -> bool:
         """Whether an ending of the current execution may be decided now: no outcome, and
@@ -425,6 +438,10 @@ def _gone_restart(p: _Pass, record: ObjectRecord) -> int | None:
     discovery = p.discovery
     if discovery is None or record.ref.cluster != discovery.cluster or record.fenced:
         return None
+    if record.ended:
+        primary = p.primary()
+        if primary is None or primary.ref != record.ref:
+            return None  # its end is recorded, and it drives nothing any more
     visible = [
         t
         for t in (record.gate_opened_at, record.node_loss_since, record.stop_requested_at)

@@ -233,3 +233,23 @@ def test_stop_is_asked_again_every_interval_while_the_object_lives() -> None:
     (again,) = actions(sim.step(), Stop)
     assert isinstance(again, Stop)
     assert again.ref == obj.ref
+
+
+def test_cleanup_deadline_names_what_holds_the_record_open() -> None:
+    """Seed 002, ``cleanup-deadline``: "Either something of the job is still alive on the
+    scheduler, or something else holds the record open: a launch whose outcome is unknown,
+    or a foreign object, each of which has its own escalation above."."""
+    sim = Sim(rule(CauseKind.PREEMPTED))
+    sim.launch_answer = "lost"
+    sim.step()
+    alien = sim.foreign("999")
+    sim.command(Cancel(by=ALICE, reason="not needed"))
+    sim.tick(CLEANUP_S)
+
+    p = sim.step()
+
+    assert set(escalation_ids(p)) == {"cleanup-deadline", "all-unknown:1", "foreign:999"}
+    esc = sim.job.escalation("cleanup-deadline")
+    assert esc is not None
+    assert "1/1" in esc.detail
+    assert str(alien.ref) in esc.detail

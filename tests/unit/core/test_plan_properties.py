@@ -8,6 +8,7 @@ nothing else of the job lives.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,7 @@ from dispatch_core.events import (
     ExecutionEnded,
     OutcomeCommitted,
 )
-from dispatch_core.job import LaunchOutcome, Status
+from dispatch_core.job import Job, LaunchOutcome, Status
 from dispatch_core.plan import next_steps
 from dispatch_core.project import settled
 from dispatch_core.state import (
@@ -41,7 +42,6 @@ from dispatch_core.state import (
     GateState,
     JobSpec,
     ObjectPhase,
-    Provenance,
     RecoveryRule,
     SharedCheckpoint,
     State,
@@ -229,111 +229,161 @@ def _command(sim: Sim, which: str) -> None:
         sim.command(command)
 
 
-def _check_pass(sim: Sim, p: Pass) -> None:
-    """Every invariant of one pass, planned from the sim's record and discovery."""
-    job, discovery, now = sim.job, sim.discovery(), sim.now
+Check = Callable[[Sim, Pass], None]
+"""An invariant of one pass, planned (not yet carried out) from the sim's record and
+discovery at its clock."""
 
-    # Deterministic.
-    assert next_steps(job, discovery, sim.declarations, now) == p
+_WALK = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+_answers = st.lists(st.booleans(), min_size=32, max_size=32)
 
-    # Escalations: ids unique in the pass and never one the record holds.
+
+def _walk(setup: _Setup, moves: list[tuple[str, Any]], answers: list[bool], check: Check) -> Sim:
+    """Drive the sim through ``moves``; before carrying out each pass, ``check`` it."""
+    sim = Sim(*setup.rules, spec=setup.spec, declarations=setup.declarations)
+    for i, move in enumerate([("tick", 1), *moves]):
+        _apply_move(sim, move)
+        check(sim, sim.plan())
+        sim.step(ceased=answers[i % len(answers)], delivered=bool(i % 2))
+    return sim
+
+
+def _carried_out(sim: Sim, p: Pass) -> Job:
+    """The job once ``p`` is carried out: its decisions, gates opened, a cessation answer of
+    "not yet" (a "ceased" answer is a new fact); launches still in flight."""
+    record = Record(sim.record.events[0][1])  # type: ignore[arg-type]
+    record.events = list(sim.record.events)
+    record.append(decisions(p))
+    record.append(facts(p, sim.now, ceased=False))
+    return record.job(sim.now)
+
+
+def _idempotent(sim: Sim, p: Pass) -> None:
+    assert next_steps(sim.job, sim.discovery(), sim.declarations, sim.now) == p  # deterministic
+    again = next_steps(_carried_out(sim, p), sim.discovery(), sim.declarations, sim.now)
+    assert [s for s in again.steps if not isinstance(s, Deliver)] == []
+
+
+def _settled_gets_only_delivery_and_cleanup(sim: Sim, p: Pass) -> None:
+    if settled(sim.job, sim.discovery()):
+        for step in p.steps:
+            assert isinstance(step, Deliver) or (
+                isinstance(step, Commit) and isinstance(step.event, ExecutionEnded)
+            ), step
+
+
+def _budgets_kept(sim: Sim, p: Pass) -> None:
+    after = _carried_out(sim, p)
+    for rule in after.plan.rules:
+        assert after.spent(rule.rule) <= rule.budget
+
+
+def _outcome_kept(sim: Sim, p: Pass) -> None:
+    job = sim.job
+    if job.outcome is not None:
+        assert not any(
+            isinstance(s, Commit) and isinstance(s.event, OutcomeCommitted) for s in p.steps
+        )
+        after = _carried_out(sim, p)
+        assert (after.outcome, after.outcome_cause) == (job.outcome, job.outcome_cause)
+
+
+def _escalations_once(sim: Sim, p: Pass) -> None:
     ids = [
         s.event.id
         for s in p.steps
         if isinstance(s, Commit) and isinstance(s.event, EscalationCommitted)
     ]
     assert len(ids) == len(set(ids))
-    assert not any(job.escalation(i) is not None for i in ids)
+    assert not any(sim.job.escalation(i) is not None for i in ids)
 
-    # A committed outcome never changes.
-    if job.outcome is not None:
-        assert not any(
-            isinstance(s, Commit) and isinstance(s.event, OutcomeCommitted) for s in p.steps
-        )
 
-    # A settled job gets nothing but delivery and the record catching up with ends.
-    if settled(job, discovery):
-        for step in p.steps:
-            assert isinstance(step, Deliver) or (
-                isinstance(step, Commit) and isinstance(step.event, ExecutionEnded)
-            ), step
-
-    # A gate opens only when nothing else of the job lives.
+def _gate_opens_alone(sim: Sim, p: Pass) -> None:
     for step in p.steps:
         if isinstance(step, OpenGate):
             others = [
-                o for o in discovery.objects if not o.foreign and o.alive and o.ref != step.ref
+                o for o in sim.objects.values() if not o.foreign and o.alive and o.ref != step.ref
             ]
             assert others == [], (step, others)
 
-    # Idempotent: with the pass carried out (decisions, gates opened, a cessation answer of
-    # "not yet": a "ceased" answer is a new fact), planning again with the same discovery
-    # and now gives only Deliver.
-    record = Record(sim.record.events[0][1])  # type: ignore[arg-type]
-    record.events = list(sim.record.events)
-    record.append(decisions(p))
-    record.append(facts(p, now, ceased=False))
-    after = record.job(now)
-    again = next_steps(after, discovery, sim.declarations, now)
-    assert [type(s) for s in again.steps if not isinstance(s, Deliver)] == [], again.steps
 
-    # No rule's budget is ever exceeded.
-    for rule in after.plan.rules:
-        assert after.spent(rule.rule) <= rule.budget
-
-    # The outcome, once committed, is the same after the pass.
-    if job.outcome is not None:
-        assert (after.outcome, after.outcome_cause) == (job.outcome, job.outcome_cause)
-
-
-@settings(
-    max_examples=300,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(setup=_setups, moves=_moves, answers=st.lists(st.booleans(), min_size=32, max_size=32))
-def test_planner_invariants_hold_over_random_walks(
+@_WALK
+@given(setup=_setups, moves=_moves, answers=_answers)
+def test_next_steps_is_idempotent(
     setup: _Setup, moves: list[tuple[str, Any]], answers: list[bool]
 ) -> None:
-    """``next_steps`` is deterministic and idempotent; a settled job gets only delivery and
-    clean-up; no budget is exceeded; a committed outcome never changes; each escalation is
-    committed once; a gate opens only when nothing else lives; recovering never returns to
-    pending (seed 000)."""
-    sim = Sim(*setup.rules, spec=setup.spec, declarations=setup.declarations)
-    been_recovering = False
-    for i, move in enumerate([("tick", 1), *moves]):
-        _apply_move(sim, move)
-        p = sim.plan()
-        _check_pass(sim, p)
-        sim.step(ceased=answers[i] if i < len(answers) else False, delivered=bool(i % 2))
-        status = sim.status()
-        assert isinstance(status, Status)
-        if status.state is State.RECOVERING:
-            been_recovering = True
-        if been_recovering:
-            assert status.state is not State.PENDING
-    # Every escalation id is committed once over the whole walk.
+    """docs/core-semantics.md: "once its Commit steps and action intents are committed,
+    planning again with the same discovery and now gives no step except Deliver"; the same
+    inputs always give the same pass (STYLE.md)."""
+    _walk(setup, moves, answers, _idempotent)
+
+
+@_WALK
+@given(setup=_setups, moves=_moves, answers=_answers)
+def test_settled_job_gets_nothing_but_delivery_and_cleanup(
+    setup: _Setup, moves: list[tuple[str, Any]], answers: list[bool]
+) -> None:
+    """Seed 002: a settled job's "last look ... delivers" what is left; nothing of it can
+    still act, so a pass gives only ``Deliver`` and the record catching up with ends."""
+    _walk(setup, moves, answers, _settled_gets_only_delivery_and_cleanup)
+
+
+@_WALK
+@given(setup=_setups, moves=_moves, answers=_answers)
+def test_no_rule_budget_is_ever_exceeded(
+    setup: _Setup, moves: list[tuple[str, Any]], answers: list[bool]
+) -> None:
+    """Seed 000: a rule recovers while it has "budget left"; with "a spent budget" the job
+    fails. Whatever the scheduler does, no rule spends more than its budget."""
+    _walk(setup, moves, answers, _budgets_kept)
+
+
+@_WALK
+@given(setup=_setups, moves=_moves, answers=_answers)
+def test_committed_outcome_never_changes_whatever_happens(
+    setup: _Setup, moves: list[tuple[str, Any]], answers: list[bool]
+) -> None:
+    """Seed 000: "succeeded, failed and cancelled never change once committed"."""
+    _walk(setup, moves, answers, _outcome_kept)
+
+
+@_WALK
+@given(setup=_setups, moves=_moves, answers=_answers)
+def test_each_escalation_id_is_committed_once(
+    setup: _Setup, moves: list[tuple[str, Any]], answers: list[bool]
+) -> None:
+    """Seed 002: "Each escalation is committed once, keyed by its ID"."""
+    sim = _walk(setup, moves, answers, _escalations_once)
     ids = [e.id for e in sim.job.escalations]
     assert len(ids) == len(set(ids))
 
 
-@settings(max_examples=100, deadline=None)
-@given(setup=_setups, kinds=st.lists(st.sampled_from(COVERABLE), min_size=1, max_size=8))
-def test_no_rule_budget_is_ever_exceeded(setup: _Setup, kinds: list[CauseKind]) -> None:
-    """Seed 000: a rule recovers while it has "budget left"; with "a spent budget" the job
-    fails. However often executions end, no rule spends more than its budget."""
-    sim = Sim(*setup.rules, spec=setup.spec, declarations=setup.declarations)
-    for kind in kinds:
-        sim.step(ceased=True)
-        sim.tick(61)
-        sim.step(ceased=True)
-        live = [o for o in sim.objects.values() if o.alive and not o.foreign]
-        if live and kind is CauseKind.PREEMPTED:
-            sim.requeue(live[-1].ref, cause(kind), phase=ObjectPhase.RUNNING)
-        elif live:
-            sim.end(live[-1].ref, cause(kind, provenance=Provenance.SCHEDULER))
-        sim.tick(61)
-        sim.step(ceased=True)
-        sim.settle_stops()
-        for rule in sim.job.plan.rules:
-            assert sim.job.spent(rule.rule) <= rule.budget
+@_WALK
+@given(setup=_setups, moves=_moves, answers=_answers)
+def test_gate_opens_only_when_nothing_else_of_the_job_lives(
+    setup: _Setup, moves: list[tuple[str, Any]], answers: list[bool]
+) -> None:
+    """Seed 000: "A replacement may be started, but its gate isn't opened until the
+    scheduler shows the old object ended"."""
+    _walk(setup, moves, answers, _gate_opens_alone)
+
+
+@_WALK
+@given(setup=_setups, moves=_moves, answers=_answers)
+def test_recovering_never_returns_to_pending_whatever_happens(
+    setup: _Setup, moves: list[tuple[str, Any]], answers: list[bool]
+) -> None:
+    """Seed 000: "recovering never goes back to pending"."""
+    seen: list[State] = []
+
+    def check(sim: Sim, p: Pass) -> None:
+        status = sim.status()
+        assert isinstance(status, Status)
+        seen.append(status.state)
+        if State.RECOVERING in seen:
+            assert status.state is not State.PENDING, seen
+
+    _walk(setup, moves, answers, check)
