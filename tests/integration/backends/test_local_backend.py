@@ -437,3 +437,67 @@ async def test_start_does_not_block_the_event_loop(harness: LocalHarness) -> Non
         stop.set()
         await task
     assert ticks >= 5, f"the loop ticked {ticks} times while 10 objects started"
+
+
+# -- the zygote -------------------------------------------------------------------------------
+
+
+def proc_file(pid: int, name: str) -> str:
+    return Path(f"/proc/{pid}/{name}").read_bytes().decode(errors="replace")
+
+
+def runner_pid(harness: LocalHarness, ref: ObjectRef) -> int:
+    pid = read_json(harness.backend.object_dir(ref) / "runner.json")["pid"]
+    assert isinstance(pid, int)
+    return pid
+
+
+async def test_runners_come_from_the_zygote_once_it_is_up(harness: LocalHarness) -> None:
+    first = await harness.start(new_job_id(), Program.SLEEP)  # no zygote yet: direct, starts one
+
+    async def forked() -> ObjectRef:
+        ref = await harness.start(new_job_id(), Program.SLEEP)
+        cmdline = proc_file(runner_pid(harness, ref), "cmdline")
+        assert "zygote" in cmdline, "the runner was not forked by the zygote"
+        return ref
+
+    ref = await assert_eventually(forked, timeout_s=harness.settle_timeout_s)
+    for each in (first, ref):
+        assert proc_file(runner_pid(harness, each), "comm").strip() == "dj-runner"
+    await harness.backend.open_gate(ref)
+    await harness.wait_phase(ref_job(harness, ref), ref, ObjectPhase.RUNNING)
+
+
+def ref_job(harness: LocalHarness, ref: ObjectRef) -> str:
+    name = read_json(harness.backend.object_dir(ref) / "meta.json")["name"]
+    assert isinstance(name, str)
+    return name.removeprefix("dj-")
+
+
+async def test_a_zygote_that_quit_or_idled_out_is_replaced(tmp_path: Path) -> None:
+    harness = LocalHarness(tmp_path / "data", zygote_idle_s=0.5)
+    try:
+        await harness.start(new_job_id(), Program.SUCCEED)
+        store = harness.backend._store
+        for _ in range(3):
+            # Gone (idle, or told to quit): the next start spawns its runner directly.
+            await asyncio.to_thread(store.quit_zygote)
+            job = new_job_id()
+            ref = await harness.start(job, Program.SUCCEED)
+            await harness.backend.open_gate(ref)
+            await harness.wait_phase(job, ref, ObjectPhase.ENDED)
+            await asyncio.sleep(0.6)
+    finally:
+        await harness.cleanup()
+
+
+async def test_a_second_runner_for_an_object_leaves_it_alone(harness: LocalHarness) -> None:
+    job = new_job_id()
+    ref = await harness.start(job, Program.SUCCEED)
+    path = harness.backend.object_dir(ref)
+    with pytest.raises(RuntimeError, match="the runner failed to start"):
+        await asyncio.to_thread(harness.backend._store._launch_directly, path, None, 10.0)
+    assert path.is_dir(), "the object of the first runner was removed"
+    await harness.backend.open_gate(ref)
+    await harness.wait_phase(job, ref, ObjectPhase.ENDED)
+    assert (await harness.output(ref)).count("DISPATCH_JOB=") == 1, "the command ran twice"

@@ -14,9 +14,12 @@ pytestmark = pytest.mark.integration
 
 
 class TestLocalContract(BackendContract):
-    @pytest.fixture
-    async def harness(self, tmp_path: Path) -> AsyncIterator[BackendHarness]:
-        harness = LocalHarness(tmp_path / "data")
+    @pytest.fixture(params=[120.0, 0.0], ids=["zygote", "direct"])
+    async def harness(
+        self, tmp_path: Path, request: pytest.FixtureRequest
+    ) -> AsyncIterator[BackendHarness]:
+        """Runners forked by the data directory's zygote, and each started directly."""
+        harness = LocalHarness(tmp_path / "data", zygote_idle_s=request.param)
         try:
             yield harness
         finally:
