@@ -817,6 +817,14 @@ class _Store:
         with self.locked():
             state = self.faults()
             change(state)
+            self._save_faults(state)
+
+    def _save_faults(self, state: _FaultState) -> None:
+        # No file when nothing is armed: the common case then costs one stat per call.
+        if state == _FaultState():
+            with contextlib.suppress(FileNotFoundError):
+                self._faults.unlink()
+        else:
             _write_atomically(self._faults, _ENC.encode(state))
 
     def take_fault(self, cluster: str, call: str) -> tuple[bool, bool, str]:
@@ -834,17 +842,23 @@ class _Store:
             for key in (call, "any"):
                 if not unreachable and state.unreachable_next.get(key, 0) > 0:
                     state.unreachable_next[key] -= 1
+                    if not state.unreachable_next[key]:
+                        del state.unreachable_next[key]
                     unreachable = True
             refuse = unknown = False
+            refuse_detail = state.refuse_detail
             if not unreachable and call == "start":
                 if state.refuse_next > 0:
                     state.refuse_next, refuse = state.refuse_next - 1, True
+                    if not state.refuse_next:
+                        state.refuse_detail = _FaultState().refuse_detail
                 elif state.unknown_next > 0:
                     state.unknown_next, unknown = state.unknown_next - 1, True
-            _write_atomically(self._faults, _ENC.encode(state))
+            if refuse or unknown or (unreachable and not state.unreachable):
+                self._save_faults(state)
         if unreachable:
             raise Unreachable(cluster, f"{call}: scheduler unreachable (fault injection)")
-        return refuse, unknown, state.refuse_detail
+        return refuse, unknown, refuse_detail
 
 
 def _mtime(path: Path) -> datetime:

@@ -195,6 +195,7 @@ async def test_refuse_next(harness: LocalHarness) -> None:
     assert job not in (await harness.discover()).objects, "a refused launch made an object"
     ref = await harness.start(job, Program.SUCCEED)
     assert [o.ref for o in (await harness.discover()).objects[job]] == [ref]
+    assert not (harness.data_dir / "faults.json").exists(), "spent faults must cost nothing"
 
 
 async def test_unknown_next_makes_the_object_but_says_nothing(harness: LocalHarness) -> None:
@@ -237,6 +238,7 @@ async def test_clear_disarms_every_fault(harness: LocalHarness) -> None:
     await inject(harness, "refuse-next", "--count", "5")
     await inject(harness, "unreachable-next", "--count", "5")
     await inject(harness, "clear")
+    assert not (harness.data_dir / "faults.json").exists()
     await harness.start(new_job_id(), Program.SUCCEED)
     await harness.discover()
 
