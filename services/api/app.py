@@ -1,0 +1,362 @@
+"""The aiohttp application: routes, authentication, JSON errors, the SSE status stream.
+
+Routes (every ``/v1`` route needs ``Authorization: Bearer <token>``):
+
+* ``POST /v1/jobs`` submit; ``GET /v1/jobs?state=...`` list; ``GET /v1/jobs/{job}`` Status;
+  ``GET /v1/jobs/{job}/record?after=N`` events; ``GET /v1/jobs/{job}/stream`` SSE of Status;
+* ``POST /v1/jobs/{job}/{command}`` for ``hold``, ``release``, ``resubmit``, ``cancel``,
+  ``give-up``, ``abandon``, ``supersede``, ``emergency-stop``;
+* ``GET /v1/escalations?delivered=true|false&job=...``;
+* ``GET /healthz``, ``GET /metrics``, ``GET /openapi.json`` (no token).
+
+Every error, the router's own 404/405/413 included, is ``{"error": {"code", "message",
+"field"?}}`` (:class:`~services.api.schemas.ErrorBody`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import msgspec
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from dispatch_core import DecodeError, DispatchError, State, Status, decode, encode, is_job_id
+from dispatch_nats import LatestEntry, LatestFeed, NatsStoreError, PayloadTooLarge
+from services.api.auth import Authenticator
+from services.api.errors import ApiError, BadRequest, NotFound, StoreDown
+from services.api.metrics import ApiMetrics
+from services.api.openapi import IDEMPOTENCY_KEY_PATTERN, build_openapi
+from services.api.operations import MAX_SEQ, Operations
+from services.api.schemas import COMMAND_REQUESTS, ErrorBody, ErrorDetail
+from services.common.http import health_app
+
+__all__ = ["make_app"]
+
+log = logging.getLogger("services.api")
+
+_JSON: Final = "application/json"
+_IDEMPOTENCY_KEY: Final = re.compile(IDEMPOTENCY_KEY_PATTERN)
+_HTTP_CODES: Final[dict[int, str]] = {
+    400: "invalid",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not-found",
+    405: "method-not-allowed",
+    413: "too-large",
+    415: "unsupported-media-type",
+}
+_OPS: Final = web.AppKey("ops", Operations)
+_AUTH: Final = web.AppKey("auth", Authenticator)
+_METRICS: Final = web.AppKey("metrics", ApiMetrics)
+_STREAMS: Final[web.AppKey[set[asyncio.Queue[LatestEntry | None]]]] = web.AppKey("streams")
+_HEARTBEAT: Final = web.AppKey("heartbeat_s", float)
+_OPENAPI: Final = web.AppKey("openapi", bytes)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _json(obj: object, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=encode(obj), status=status, content_type=_JSON, headers=headers)
+
+
+def _error(
+    status: int,
+    code: str,
+    message: str,
+    field: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    body = ErrorBody(error=ErrorDetail(code=code, message=message, field=field))
+    return _json(body, status, headers)
+
+
+def _api_error(err: ApiError) -> web.Response:
+    headers: dict[str, str] = {}
+    if err.status == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="dispatch"'
+    if err.status == 503:
+        headers["Retry-After"] = "1"
+    return _error(err.status, err.code, err.message, err.field, headers or None)
+
+
+def _route_of(request: web.Request) -> str:
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else "unmatched"
+
+
+@web.middleware
+async def _errors_and_metrics(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Answer every error as JSON, and count every request by route and status."""
+    metrics = request.app[_METRICS]
+    started = time.monotonic()
+    response: web.StreamResponse
+    try:
+        response = await handler(request)
+    except ApiError as err:
+        response = _api_error(err)
+    except web.HTTPException as exc:
+        headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+        code = _HTTP_CODES.get(exc.status, "http-error")
+        response = _error(exc.status, code, exc.reason, headers=headers)
+    except PayloadTooLarge as err:
+        response = _error(413, "too-large", f"the event would be too large to record: {err}")
+    except NatsStoreError as err:
+        if not err.retryable:
+            log.exception("request.store_error", extra={"route": _route_of(request)})
+            response = _error(500, "internal", str(err))
+        else:
+            log.warning("request.store_unavailable", extra={"error": str(err)})
+            response = _api_error(StoreDown(str(err)))
+    except DispatchError as err:  # a record that doesn't fold or decode
+        log.exception("request.record_unreadable", extra={"route": _route_of(request)})
+        response = _error(500, "record-unreadable", str(err))
+    except Exception:
+        log.exception("request.failed", extra={"route": _route_of(request)})
+        response = _error(500, "internal", "internal error; see the API's log")
+    route = _route_of(request)
+    metrics.requests.labels(route, request.method, str(response.status)).inc()
+    metrics.latency.labels(route, request.method).observe(time.monotonic() - started)
+    return response
+
+
+def _idempotency_key(request: web.Request) -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    if not _IDEMPOTENCY_KEY.fullmatch(key):
+        raise BadRequest(
+            "Idempotency-Key must be 1 to 200 printable ASCII characters without spaces",
+            field="Idempotency-Key",
+        )
+    return key
+
+
+async def _submit(request: web.Request) -> web.Response:
+    actor = request.app[_AUTH].authenticate(request.headers.get("Authorization"))
+    key = _idempotency_key(request)
+    body = await request.read()
+    answer = await request.app[_OPS].submit(actor, body, key)
+    return _json(answer, 201, {"Location": f"/v1/jobs/{answer.job_id}"})
+
+
+def _command_handler(command: str) -> Handler:
+    async def handle(request: web.Request) -> web.Response:
+        actor = request.app[_AUTH].authenticate(request.headers.get("Authorization"))
+        key = _idempotency_key(request)
+        body = await request.read()
+        job_id = request.match_info["job"]
+        answer = await request.app[_OPS].command(actor, job_id, command, body, key)
+        if answer.new_job_id is not None:
+            return _json(answer, 201, {"Location": f"/v1/jobs/{answer.new_job_id}"})
+        return _json(answer)
+
+    return handle
+
+
+async def _list_jobs(request: web.Request) -> web.Response:
+    request.app[_AUTH].authenticate(request.headers.get("Authorization"))
+    states: set[State] = set()
+    for value in request.query.getall("state", []):
+        for name in filter(None, (v.strip() for v in value.split(","))):
+            try:
+                states.add(State(name))
+            except ValueError:
+                known = ", ".join(s.value for s in State)
+                raise BadRequest(
+                    f"unknown state {name!r} (states: {known})", field="state"
+                ) from None
+    return _json(await request.app[_OPS].list_jobs(frozenset(states) or None))
+
+
+async def _status(request: web.Request) -> web.Response:
+    request.app[_AUTH].authenticate(request.headers.get("Authorization"))
+    status, source = await request.app[_OPS].status(request.match_info["job"])
+    return _json(status, headers={"Dispatch-Status-Source": source})
+
+
+async def _record(request: web.Request) -> web.Response:
+    request.app[_AUTH].authenticate(request.headers.get("Authorization"))
+    raw = request.query.get("after", "0")
+    try:
+        after = int(raw)
+    except ValueError:
+        after = -1
+    if not 0 <= after <= MAX_SEQ:
+        raise BadRequest(f"after must be an integer in 0..{MAX_SEQ}, got {raw!r}", field="after")
+    return _json(await request.app[_OPS].record(request.match_info["job"], after))
+
+
+async def _escalations(request: web.Request) -> web.Response:
+    request.app[_AUTH].authenticate(request.headers.get("Authorization"))
+    raw = request.query.get("delivered")
+    delivered: bool | None = None
+    if raw is not None:
+        if raw not in ("true", "false"):
+            raise BadRequest(f"delivered must be true or false, got {raw!r}", field="delivered")
+        delivered = raw == "true"
+    job_id = request.query.get("job")
+    if job_id is not None and not is_job_id(job_id):
+        raise BadRequest(f"{job_id!r} is not a job id", field="job")
+    return _json(await request.app[_OPS].escalations(delivered=delivered, job_id=job_id))
+
+
+async def _openapi(request: web.Request) -> web.Response:
+    return web.Response(body=request.app[_OPENAPI], content_type=_JSON)
+
+
+# --------------------------------------------------------------------------------- SSE
+
+
+def _sse(status_json: bytes, seq: int | None) -> bytes:
+    head = b"event: status\n" + (f"id: {seq}\n".encode() if seq is not None else b"")
+    return head + b"data: " + status_json + b"\n\n"
+
+
+async def _pump(feed: LatestFeed, queue: asyncio.Queue[LatestEntry | None]) -> None:
+    """Move the feed's entries into ``queue``; None when it ends."""
+    try:
+        async for entry in feed:
+            await queue.put(entry)
+    finally:
+        with contextlib.suppress(asyncio.QueueFull):
+            queue.put_nowait(None)
+
+
+async def _stream(request: web.Request) -> web.StreamResponse:
+    """SSE of the job's Status: the current one, then every change, in order."""
+    request.app[_AUTH].authenticate(request.headers.get("Authorization"))
+    ops = request.app[_OPS]
+    metrics = request.app[_METRICS]
+    job_id = request.match_info["job"]
+    if not await ops.exists(job_id):
+        raise NotFound(f"no job {job_id!r}")
+    last_id: int | None = None
+    with contextlib.suppress(ValueError):
+        last_id = int(request.headers.get("Last-Event-ID", ""))
+    heartbeat_s = request.app[_HEARTBEAT]
+    queue: asyncio.Queue[LatestEntry | None] = asyncio.Queue(maxsize=1024)
+    streams = request.app[_STREAMS]
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        }
+    )
+    metrics.sse_streams.inc()
+    streams.add(queue)
+    try:
+        async with ops.watch(job_id) as feed:
+            await response.prepare(request)
+            pump = asyncio.create_task(_pump(feed, queue))
+            try:
+                await _serve_stream(request, response, queue, job_id, last_id, heartbeat_s)
+            finally:
+                pump.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pump
+    except ConnectionResetError:
+        log.debug("stream.client_gone", extra={"job_id": job_id})
+    finally:
+        streams.discard(queue)
+        metrics.sse_streams.dec()
+    return response
+
+
+async def _serve_stream(
+    request: web.Request,
+    response: web.StreamResponse,
+    queue: asyncio.Queue[LatestEntry | None],
+    job_id: str,
+    last_id: int | None,
+    heartbeat_s: float,
+) -> None:
+    ops = request.app[_OPS]
+    metrics = request.app[_METRICS]
+    if last_id is None and queue.empty():
+        # Nothing published yet (or not yet delivered): say where the job stands now. The
+        # watch started first, so no later change is missed.
+        status, source = await ops.status(job_id)
+        if source == "api":
+            await response.write(_sse(encode(status), None))
+            metrics.sse_events.inc()
+    while True:
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            return
+        try:
+            entry = await asyncio.wait_for(queue.get(), heartbeat_s)
+        except TimeoutError:
+            await response.write(b": heartbeat\n\n")
+            continue
+        if entry is None:  # the service is stopping, or the feed ended
+            return
+        if last_id is not None and entry.seq <= last_id:
+            continue
+        try:
+            decode(entry.payload, Status)
+        except DecodeError:
+            log.warning("stream.undecodable_status", extra={"job_id": job_id, "seq": entry.seq})
+            continue
+        await response.write(_sse(entry.payload, entry.seq))
+        metrics.sse_events.inc()
+
+
+async def _close_streams(app: web.Application) -> None:
+    """At shutdown, end every SSE stream (each handler returns on the None)."""
+    queues = app[_STREAMS]
+    for queue in tuple(queues):
+        with contextlib.suppress(asyncio.QueueFull):
+            queue.put_nowait(None)
+
+
+def make_app(
+    ops: Operations,
+    auth: Authenticator,
+    *,
+    registry: CollectorRegistry,
+    metrics: ApiMetrics,
+    ready: asyncio.Event,
+    max_body_bytes: int = 1024 * 1024,
+    sse_heartbeat_s: float = 15.0,
+) -> web.Application:
+    """Return the API's aiohttp application.
+
+    Args:
+        ops: the operations.
+        auth: the bearer tokens.
+        registry: the Prometheus registry ``/metrics`` serves.
+        metrics: the API's metrics (on ``registry``).
+        ready: set once NATS is connected and the streams exist (``/healthz`` answers 200).
+        max_body_bytes: the largest request body (413 beyond).
+        sse_heartbeat_s: seconds between heartbeat comments on an idle SSE stream.
+    """
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[_errors_and_metrics])
+    # /healthz and /metrics are every service's own (services.common.http).
+    for route in health_app(registry, ready, service="api").router.routes():
+        if route.method == "GET" and route.resource is not None:
+            app.router.add_get(route.resource.canonical, route.handler)
+    app[_OPS] = ops
+    app[_AUTH] = auth
+    app[_METRICS] = metrics
+    app[_STREAMS] = set()
+    app[_HEARTBEAT] = sse_heartbeat_s
+    app[_OPENAPI] = msgspec.json.encode(build_openapi(ops.clusters))
+    app.on_shutdown.append(_close_streams)
+    app.router.add_get("/openapi.json", _openapi)
+    app.router.add_post("/v1/jobs", _submit)
+    app.router.add_get("/v1/jobs", _list_jobs)
+    app.router.add_get("/v1/escalations", _escalations)
+    app.router.add_get("/v1/jobs/{job}", _status)
+    app.router.add_get("/v1/jobs/{job}/record", _record)
+    app.router.add_get("/v1/jobs/{job}/stream", _stream)
+    for command in COMMAND_REQUESTS:
+        app.router.add_post(f"/v1/jobs/{{job}}/{command}", _command_handler(command))
+    return app

@@ -1,0 +1,122 @@
+"""Errors of the API service: each one is an HTTP answer with a stable JSON body.
+
+Every error answer has the body ``{"error": {"code", "message", "field"?}}``
+(:class:`~services.api.schemas.ErrorBody`). ``code`` is a stable, machine-readable token (a
+CLI switches on it); ``message`` is the sentence for a person; ``field`` names the request
+field at fault, as a path (``spec.cluster``, ``policy.rules[0].on``), or the header
+(``Idempotency-Key``) or query parameter (``state``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar, Final
+
+__all__ = [
+    "ApiError",
+    "BadRequest",
+    "Busy",
+    "Forbidden",
+    "NotFound",
+    "RefusedCommand",
+    "StoreDown",
+    "Unauthorized",
+    "field_of",
+]
+
+
+class ApiError(Exception):
+    """Root of the API service's errors: an HTTP status with a code, a message and a field.
+
+    Attributes:
+        status: the HTTP status.
+        code: the stable error code.
+        message: the sentence for a person.
+        field: the request field (path), header or query parameter at fault, if one is.
+    """
+
+    status: ClassVar[int] = 500
+    default_code: ClassVar[str] = "internal"
+
+    def __init__(self, message: str, *, code: str | None = None, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code or self.default_code
+        self.field = field
+
+
+class BadRequest(ApiError):
+    """A malformed request: a body that isn't the operation's JSON, a bad header or query."""
+
+    status: ClassVar[int] = 400
+    default_code: ClassVar[str] = "invalid"
+
+
+class Unauthorized(ApiError):
+    """No bearer token, or one the tokens file doesn't hold; nothing is recorded."""
+
+    status: ClassVar[int] = 401
+    default_code: ClassVar[str] = "unauthorized"
+
+
+class Forbidden(ApiError):
+    """The actor may not do this (only a human may abandon)."""
+
+    status: ClassVar[int] = 403
+    default_code: ClassVar[str] = "forbidden"
+
+
+class NotFound(ApiError):
+    """No such job (or route)."""
+
+    status: ClassVar[int] = 404
+    default_code: ClassVar[str] = "not-found"
+
+
+class RefusedCommand(ApiError):
+    """The record doesn't allow the command now; the message is the core's reason."""
+
+    status: ClassVar[int] = 409
+    default_code: ClassVar[str] = "refused"
+
+
+class Busy(ApiError):
+    """The command lost the race to other writers every time it was decided again."""
+
+    status: ClassVar[int] = 503
+    default_code: ClassVar[str] = "busy"
+
+
+class StoreDown(ApiError):
+    """NATS didn't answer, or an append's outcome stayed unknown: retry (with the same
+    ``Idempotency-Key`` for a command)."""
+
+    status: ClassVar[int] = 503
+    default_code: ClassVar[str] = "unavailable"
+
+
+_AT: Final = re.compile(r" - at `\$(?P<path>[^`]*)`")
+_NAMED: Final = re.compile(r"(?:unknown|missing required) field `(?P<name>[^`]+)`")
+
+
+def field_of(message: str) -> str | None:
+    """Return the field a msgspec (or ``dispatch_core`` codec) message is about, as a path.
+
+    ``Expected `int`, got `str` - at `$.spec.max_launch_attempts``` gives
+    ``spec.max_launch_attempts``; ``Object missing required field `spec``` gives ``spec``;
+    ``Object contains unknown field `x` - at `$.policy``` gives ``policy.x``.
+
+    Args:
+        message: the error message.
+
+    Returns:
+        The path without the leading ``$.``, or ``None`` when the message is about the body
+        as a whole.
+    """
+    at = _AT.search(message)
+    path = at["path"] if at else ""
+    named = _NAMED.search(message)
+    if named:
+        path = f"{path}.{named['name']}"
+    path = path.removeprefix(".")
+    return path or None

@@ -1,0 +1,422 @@
+"""The OpenAPI 3.1 document of the HTTP API, generated from the msgspec Structs that decode
+the requests and encode the answers (:mod:`services.api.schemas`), so the document can't
+drift from the code.
+
+msgspec writes JSON Schema 2020-12, which is OpenAPI 3.1's schema dialect. Two things are
+added to what it writes:
+
+* every object schema a request body reaches gets ``additionalProperties: false``: the API
+  refuses unknown fields at any depth (the core's codec checks nested ones);
+* the submitted spec is its own component, ``JobSpecRequest``: ``JobSpec`` plus the bounds
+  the API enforces (:data:`~services.api.schemas.SPEC_LIMITS`) and the clusters this
+  deployment knows, so a generated client (or schemathesis) sends what is accepted. The
+  ``JobSpec`` of answers stays as recorded.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
+
+import msgspec
+
+from dispatch_core import JOB_ID_PATTERN, Status
+from services.api.schemas import (
+    COMMAND_REQUESTS,
+    MAX_LAUNCH_ATTEMPTS,
+    SPEC_LIMITS,
+    AbandonRequest,
+    CommandResponse,
+    ErrorBody,
+    EscalationList,
+    HoldRequest,
+    JobList,
+    ReasonRequest,
+    RecordResponse,
+    SubmitRequest,
+    SubmitResponse,
+    SupersedeRequest,
+)
+
+__all__ = ["COMMAND_SUMMARIES", "IDEMPOTENCY_KEY_PATTERN", "build_openapi"]
+
+IDEMPOTENCY_KEY_PATTERN: Final = r"^[!-~]{1,200}$"
+"""An ``Idempotency-Key``: 1 to 200 printable ASCII characters, no spaces."""
+
+COMMAND_SUMMARIES: Final[dict[str, str]] = {
+    "hold": "Place an actor hold: nothing launches and no gate opens until it is released.",
+    "release": "Release an actor hold (a recovery hold is refused: resubmit, cancel or give-up).",
+    "resubmit": "Lift a recovery hold and run a new submission (no budget is spent).",
+    "cancel": "Cancel the job: its outcome is cancelled and its live objects are stopped.",
+    "give-up": "Fail a held job with the cause that ended it.",
+    "abandon": "Close an unknown launch or dispose of a foreign object (a human actor only).",
+    "supersede": "Create a new job from this finished one: same spec and policy, generation + 1.",
+    "emergency-stop": "Kill every live object of the job at once (and cancel it if it has no "
+    "outcome).",
+}
+
+_REF: Final = "#/components/schemas/{name}"
+_REQUESTS: Final = (SubmitRequest, ReasonRequest, HoldRequest, AbandonRequest, SupersedeRequest)
+_RESPONSES: Final = (
+    SubmitResponse,
+    CommandResponse,
+    RecordResponse,
+    JobList,
+    EscalationList,
+    Status,
+    ErrorBody,
+)
+_JSON: Final = "application/json"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": _REF.format(name=name)}
+
+
+def _refs(node: Any) -> Iterator[str]:
+    """Every component name referenced inside ``node``."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+            yield ref.rsplit("/", 1)[1]
+        for value in node.values():
+            yield from _refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _refs(value)
+
+
+def _closed(components: dict[str, Any], roots: Sequence[str]) -> None:
+    """Set ``additionalProperties: false`` on every object schema reachable from ``roots``."""
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        schema = components[name]
+        if schema.get("type") == "object" and "properties" in schema:
+            schema.setdefault("additionalProperties", False)
+        todo.extend(_refs(schema))
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {_JSON: {"schema": _ref("ErrorBody")}}}
+
+
+def _ok(description: str, name: str) -> dict[str, Any]:
+    return {"description": description, "content": {_JSON: {"schema": _ref(name)}}}
+
+
+_UNAUTHORIZED: Final = _error("No bearer token, or one the tokens file doesn't hold.")
+_UNAVAILABLE: Final = _error(
+    "NATS didn't answer, an append's outcome stayed unknown, or every attempt lost a race "
+    "(`unavailable`, `busy`): retry, with the same Idempotency-Key."
+)
+_DEFAULT: Final = _error("Any other error (`{error: {code, message, field?}}`).")
+
+_JOB_PARAM: Final = {
+    "name": "job",
+    "in": "path",
+    "required": True,
+    "description": "The job id.",
+    "schema": {"type": "string", "pattern": JOB_ID_PATTERN, "maxLength": 63},
+}
+_IDEMPOTENCY_PARAM: Final = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": (
+        "Makes a retried request safe: a request with the same key (from the same actor, for "
+        "the same job and command) is answered from the first one's commit, never decided "
+        "twice."
+    ),
+    "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN},
+}
+
+
+def _body(name: str) -> dict[str, Any]:
+    return {"required": True, "content": {_JSON: {"schema": _ref(name)}}}
+
+
+def _paths() -> dict[str, Any]:
+    paths: dict[str, Any] = {
+        "/v1/jobs": {
+            "post": {
+                "operationId": "submitJob",
+                "summary": "Submit a job; the answer shows its plan before it starts.",
+                "parameters": [_IDEMPOTENCY_PARAM],
+                "requestBody": _body("SubmitRequest"),
+                "responses": {
+                    "201": _ok("Created: the job id, its plan and first status.", "SubmitResponse"),
+                    "400": _error(
+                        "Malformed body, unknown cluster (`unknown-cluster`) or invalid policy "
+                        "(`invalid-policy`); `field` names the place."
+                    ),
+                    "401": _UNAUTHORIZED,
+                    "409": _error("The job id is taken (`refused`)."),
+                    "503": _UNAVAILABLE,
+                    "default": _DEFAULT,
+                },
+            },
+            "get": {
+                "operationId": "listJobs",
+                "summary": "List jobs (from their latest Statuses), by id.",
+                "parameters": [
+                    {
+                        "name": "state",
+                        "in": "query",
+                        "required": False,
+                        "description": "Only jobs in these states (repeat, or comma-separate).",
+                        "schema": {"type": "array", "items": _ref("State")},
+                        "style": "form",
+                        "explode": True,
+                    }
+                ],
+                "responses": {
+                    "200": _ok("The jobs.", "JobList"),
+                    "400": _error("An unknown state (`field`: `state`)."),
+                    "401": _UNAUTHORIZED,
+                    "default": _DEFAULT,
+                },
+            },
+        },
+        "/v1/jobs/{job}": {
+            "get": {
+                "operationId": "getStatus",
+                "summary": "The job's Status.",
+                "description": (
+                    "The Status the supervisor published, or, when there is none yet or the "
+                    "record is ahead of it, the record projected by the API with the latest "
+                    "Discovery (header `Dispatch-Status-Source`: `supervisor` or `api`)."
+                ),
+                "parameters": [_JOB_PARAM],
+                "responses": {
+                    "200": _ok("The Status.", "Status"),
+                    "401": _UNAUTHORIZED,
+                    "404": _error("No such job."),
+                    "default": _DEFAULT,
+                },
+            }
+        },
+        "/v1/jobs/{job}/record": {
+            "get": {
+                "operationId": "getRecord",
+                "summary": "The job's record: its events with their seqs.",
+                "parameters": [
+                    _JOB_PARAM,
+                    {
+                        "name": "after",
+                        "in": "query",
+                        "required": False,
+                        "description": "Only events with a greater seq (0: all).",
+                        "schema": {"type": "integer", "minimum": 0, "maximum": 2**53},
+                    },
+                ],
+                "responses": {
+                    "200": _ok("The events.", "RecordResponse"),
+                    "400": _error("A bad `after`."),
+                    "401": _UNAUTHORIZED,
+                    "404": _error("No such job."),
+                    "default": _DEFAULT,
+                },
+            }
+        },
+        "/v1/jobs/{job}/stream": {
+            "get": {
+                "operationId": "streamStatus",
+                "summary": "Server-sent events: the job's Status, then every change, in order.",
+                "description": (
+                    "Each Status is an event `status` whose `id` is its seq on the status "
+                    "stream and whose `data` is the Status JSON; a reconnecting client sends "
+                    "`Last-Event-ID` to skip what it has. Before the supervisor publishes a "
+                    "first Status, the API sends one it projected (without an id). Comments "
+                    "(`: heartbeat`) keep an idle stream open. The stream runs until the "
+                    "client disconnects or the service stops."
+                ),
+                "parameters": [
+                    _JOB_PARAM,
+                    {
+                        "name": "Last-Event-ID",
+                        "in": "header",
+                        "required": False,
+                        "schema": {"type": "string"},
+                    },
+                ],
+                "responses": {
+                    "200": {
+                        "description": "The event stream.",
+                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                    },
+                    "401": _UNAUTHORIZED,
+                    "404": _error("No such job."),
+                    "default": _DEFAULT,
+                },
+            }
+        },
+        "/v1/escalations": {
+            "get": {
+                "operationId": "listEscalations",
+                "summary": "Escalations across jobs (from their records), oldest first.",
+                "parameters": [
+                    {
+                        "name": "delivered",
+                        "in": "query",
+                        "required": False,
+                        "description": "Only delivered (`true`) or undelivered (`false`) ones.",
+                        "schema": {"type": "string", "enum": ["true", "false"]},
+                    },
+                    {
+                        "name": "job",
+                        "in": "query",
+                        "required": False,
+                        "description": "Only this job's.",
+                        "schema": {"type": "string", "pattern": JOB_ID_PATTERN, "maxLength": 63},
+                    },
+                ],
+                "responses": {
+                    "200": _ok("The escalations.", "EscalationList"),
+                    "400": _error("A bad `delivered` or `job`."),
+                    "401": _UNAUTHORIZED,
+                    "default": _DEFAULT,
+                },
+            }
+        },
+        "/healthz": {
+            "get": {
+                "operationId": "health",
+                "summary": "200 once NATS is connected and the streams exist, 503 before.",
+                "security": [],
+                "responses": {
+                    "200": _health("Up."),
+                    "503": _health("Starting."),
+                },
+            }
+        },
+        "/metrics": {
+            "get": {
+                "operationId": "metrics",
+                "summary": "Prometheus metrics.",
+                "security": [],
+                "responses": {
+                    "200": {
+                        "description": "The metrics, in Prometheus' text format.",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    }
+                },
+            }
+        },
+        "/openapi.json": {
+            "get": {
+                "operationId": "openapi",
+                "summary": "This document.",
+                "security": [],
+                "responses": {
+                    "200": {
+                        "description": "The OpenAPI 3.1 document.",
+                        "content": {_JSON: {"schema": {"type": "object"}}},
+                    }
+                },
+            }
+        },
+    }
+    for command, request in COMMAND_REQUESTS.items():
+        created = command == "supersede"
+        responses: dict[str, Any] = {
+            "201" if created else "200": _ok(
+                "Committed: the events, the job's status after them"
+                + (", and the new job's id and plan." if created else "."),
+                "CommandResponse",
+            ),
+            "400": _error("Malformed body; `field` names it."),
+            "401": _UNAUTHORIZED,
+            "404": _error("No such job."),
+            "409": _error("Refused by the record (`refused`): the message is the core's reason."),
+            "503": _UNAVAILABLE,
+            "default": _DEFAULT,
+        }
+        if command == "abandon":
+            responses["403"] = _error("Only a human actor may abandon (`forbidden`).")
+        paths[f"/v1/jobs/{{job}}/{command}"] = {
+            "post": {
+                "operationId": "command" + "".join(p.title() for p in command.split("-")),
+                "summary": COMMAND_SUMMARIES[command],
+                "parameters": [_JOB_PARAM, _IDEMPOTENCY_PARAM],
+                "requestBody": _body(request.__name__),
+                "responses": responses,
+            }
+        }
+    return paths
+
+
+def _health(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {
+            _JSON: {
+                "schema": {
+                    "type": "object",
+                    "properties": {"status": {"type": "string"}, "service": {"type": "string"}},
+                    "required": ["status", "service"],
+                }
+            }
+        },
+    }
+
+
+def _spec_request(job_spec: dict[str, Any], clusters: Sequence[str]) -> dict[str, Any]:
+    """``JobSpec`` with the bounds the API enforces and the known clusters."""
+    schema = copy.deepcopy(job_spec)
+    schema["title"] = "JobSpecRequest"
+    props = schema["properties"]
+    for name, (low, high) in SPEC_LIMITS.items():
+        props[name].update(exclusiveMinimum=low, maximum=high)
+    props["max_launch_attempts"].update(minimum=1, maximum=MAX_LAUNCH_ATTEMPTS)
+    if clusters:
+        props["cluster"]["enum"] = list(clusters)
+    props["cluster"]["description"] = "A cluster this API knows: " + (
+        ", ".join(clusters) or "none is configured"
+    )
+    return schema
+
+
+def build_openapi(clusters: Sequence[str] = (), *, version: str = "1") -> dict[str, Any]:
+    """Return the OpenAPI 3.1 document of the API.
+
+    Args:
+        clusters: the clusters a submission may name (they become the spec's ``cluster``
+            enum).
+        version: the API's version string (``info.version``).
+    """
+    _, components = msgspec.json.schema_components((*_REQUESTS, *_RESPONSES), ref_template=_REF)
+    components["JobSpecRequest"] = _spec_request(components["JobSpec"], clusters)
+    components["SubmitRequest"]["properties"]["spec"] = _ref("JobSpecRequest")
+    _closed(components, [t.__name__ for t in _REQUESTS])
+    document = {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "dispatch API",
+            "version": version,
+            "description": (
+                "Submit training jobs, give operator commands (seed 002), and read statuses, "
+                "records and escalations. Every error is `{error: {code, message, field?}}`."
+            ),
+        },
+        "security": [{"bearer": []}],
+        "paths": _paths(),
+        "components": {
+            "schemas": dict(sorted(components.items())),
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "A token from the API's tokens file.",
+                }
+            },
+        },
+    }
+    # msgspec leaves Python defaults (tuples, frozensets) in the schema: make it plain JSON.
+    plain: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(document))
+    return plain

@@ -1,0 +1,691 @@
+"""What the API does, without HTTP: submit, operator commands, reads, escalations.
+
+Commands are decided by the core's ``decide`` against the folded record and appended with
+optimistic concurrency (``expected_last_seq`` = the seq folded). A lost race
+(``ConcurrencyConflict``) is never an error: the record is read again from where the fold
+stopped, folded on, and the command decided again (a command that no longer applies is then
+refused, 409). Every event an API request appends has a ``Nats-Msg-Id`` of the form
+``api-<32 hex>:<i>``; with an ``Idempotency-Key`` the hex part is derived from the actor, the
+job, the command and the key, so a retried request finds its own earlier commit in the
+record (at any age, not only within JetStream's duplicate window) and is answered from it
+(``replayed``) instead of being decided again.
+
+Folded records are cached per job (an LRU of :class:`Job` values and the msg-id bases seen):
+a record is append-only, so a cached fold is a valid prefix and only the events after it are
+read (``fold(new, now, prior=cached)``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import logging
+import secrets
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final, NamedTuple, TypeVar
+
+import msgspec
+
+from dispatch_core import Actor as CoreActor
+from dispatch_core import (
+    ActorKind,
+    Declarations,
+    DecodeError,
+    Discovery,
+    InvalidPolicy,
+    Job,
+    JobCreated,
+    JobEvent,
+    Refused,
+    State,
+    Status,
+    Supersede,
+    Superseded,
+    decide,
+    decode,
+    decode_event,
+    encode,
+    fold,
+    is_job_id,
+    make_plan,
+    project,
+)
+from dispatch_nats import (
+    ConcurrencyConflict,
+    InvalidName,
+    LatestFeed,
+    LatestStore,
+    RecordEntry,
+    RecordStore,
+)
+from services.api.errors import (
+    ApiError,
+    BadRequest,
+    Busy,
+    Forbidden,
+    NotFound,
+    RefusedCommand,
+)
+from services.api.metrics import ApiMetrics
+from services.api.schemas import (
+    COMMAND_REQUESTS,
+    CommandResponse,
+    EscalationList,
+    EscalationView,
+    JobList,
+    JobSummary,
+    RecordedEvent,
+    RecordResponse,
+    SubmitRequest,
+    SubmitResponse,
+    SupersedeRequest,
+    check_spec,
+    decode_body,
+    strict_command,
+)
+
+__all__ = ["MAX_SEQ", "Operations"]
+
+log = logging.getLogger("services.api")
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+MAX_SEQ: Final = 2**53
+"""The largest record seq a client may name (``after``): JSON-safe, far beyond any stream."""
+
+_MSG_PREFIX: Final = "api-"
+_OUTCOMES: Final[dict[type[ApiError], str]] = {
+    RefusedCommand: "refused",
+    Forbidden: "forbidden",
+    BadRequest: "invalid",
+    NotFound: "not-found",
+    Busy: "busy",
+}
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class _Folded(NamedTuple):
+    """A job's record folded up to ``job.seq``, with the msg-id bases of its API commits."""
+
+    job: Job
+    bases: frozenset[str]
+
+
+def _base_of(msg_id: str | None) -> str | None:
+    if msg_id is None or not msg_id.startswith(_MSG_PREFIX):
+        return None
+    return msg_id.split(":", 1)[0]
+
+
+def _suffix(seed: str | None) -> str:
+    """Eight characters of ``a-z2-7``: derived from ``seed``, or random without one."""
+    raw = hashlib.sha256(seed.encode()).digest()[:5] if seed else secrets.token_bytes(5)
+    return base64.b32encode(raw).decode().lower()
+
+
+def _events(entries: Iterable[RecordEntry]) -> list[tuple[int, JobEvent]]:
+    return [(e.seq, decode_event(e.payload)) for e in entries]
+
+
+class Operations:
+    """The API's operations on the record, status and discovery streams."""
+
+    def __init__(
+        self,
+        *,
+        records: RecordStore,
+        statuses: LatestStore,
+        discoveries: LatestStore,
+        declarations: Mapping[str, Declarations],
+        metrics: ApiMetrics,
+        clock: Callable[[], datetime] = _utcnow,
+        attempts: int = 16,
+        concurrency: int = 32,
+        cache_size: int = 4096,
+    ) -> None:
+        """Use the given stores (their connection stays the caller's).
+
+        Args:
+            records: the record store.
+            statuses: the latest Status per job (published by the supervisor).
+            discoveries: the latest Discovery per cluster and job (published by observers).
+            declarations: cluster name -> its backend's declarations (a submission's spec
+                must name one of these clusters).
+            metrics: where to count commands and conflicts.
+            clock: the time of decisions and projections.
+            attempts: how many times a command is decided before answering 503 when every
+                append loses a race.
+            concurrency: most records read at once by the listings.
+            cache_size: most folded records kept in memory.
+        """
+        self._records = records
+        self._statuses = statuses
+        self._discoveries = discoveries
+        self._declarations = dict(declarations)
+        self._metrics = metrics
+        self._clock = clock
+        self._attempts = attempts
+        self._concurrency = concurrency
+        self._cache_size = cache_size
+        self._cache: OrderedDict[str, _Folded] = OrderedDict()
+
+    @property
+    def clusters(self) -> list[str]:
+        """The clusters a submission may name."""
+        return sorted(self._declarations)
+
+    # ----------------------------------------------------------------- folding, projecting
+
+    async def _load(self, job_id: str) -> _Folded | None:
+        """Return the job's record folded to its end (None: no record), reading only what
+        the cache doesn't hold."""
+        cached = self._cache.get(job_id)
+        new = await self._records.read(job_id, after_seq=cached.job.seq if cached else 0)
+        if not new:
+            if cached is not None:
+                self._cache.move_to_end(job_id)
+            return cached
+        job = fold(_events(new), self._clock(), prior=cached.job if cached else None)
+        bases = {b for b in (_base_of(e.msg_id) for e in new) if b is not None}
+        folded = _Folded(job, (cached.bases if cached else frozenset()) | bases)
+        return self._remember(folded)
+
+    def _remember(self, folded: _Folded) -> _Folded:
+        job_id = folded.job.job_id
+        current = self._cache.get(job_id)
+        if current is not None and current.job.seq > folded.job.seq:
+            folded = current  # a concurrent load got further
+        self._cache[job_id] = folded
+        self._cache.move_to_end(job_id)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return folded
+
+    def _extend(
+        self, folded: _Folded, events: Sequence[tuple[int, JobEvent]], base: str
+    ) -> _Folded:
+        """Fold the events this process just appended (right after ``folded``'s seq)."""
+        job = fold(events, self._clock(), prior=folded.job)
+        return self._remember(_Folded(job, folded.bases | {base}))
+
+    async def _discovery(self, job: Job) -> Discovery | None:
+        try:
+            entry = await self._discoveries.get((job.spec.cluster, job.job_id))
+        except InvalidName:
+            return None
+        if entry is None:
+            return None
+        try:
+            return decode(entry.payload, Discovery)
+        except DecodeError:
+            log.warning(
+                "discovery.undecodable",
+                extra={"job_id": job.job_id, "seq": entry.seq},
+                exc_info=True,
+            )
+            return None
+
+    async def _project(self, job: Job) -> Status:
+        return project(job, await self._discovery(job), self._clock())
+
+    async def _bounded(self, items: Sequence[T], fn: Callable[[T], Awaitable[R]]) -> list[R]:
+        """Run ``fn`` over ``items``, at most ``concurrency`` at once; results in order."""
+        slots = asyncio.Semaphore(self._concurrency)
+
+        async def one(item: T) -> R:
+            async with slots:
+                return await fn(item)
+
+        async with asyncio.TaskGroup() as tg:
+            tasks = [tg.create_task(one(item)) for item in items]
+        return [t.result() for t in tasks]
+
+    # -------------------------------------------------------------------------- reads
+
+    async def status(self, job_id: str) -> tuple[Status, str]:
+        """Return the job's Status and where it came from (``supervisor`` or ``api``).
+
+        The Status the supervisor published is served when it reflects the record's last
+        event; when there is none yet, or the record is ahead of it (a command was just
+        committed), the API folds the record and projects it with the latest Discovery
+        itself, so a caller always reads its own writes.
+
+        Raises:
+            NotFound: no record (and no Status) for ``job_id``.
+        """
+        if not is_job_id(job_id):
+            raise NotFound(f"no job {job_id!r}: not a job id")
+        entry, last = await asyncio.gather(
+            self._statuses.get((job_id,)), self._records.last_seq(job_id)
+        )
+        published: Status | None = None
+        if entry is not None:
+            try:
+                published = decode(entry.payload, Status)
+            except DecodeError:
+                log.warning(
+                    "status.undecodable", extra={"job_id": job_id, "seq": entry.seq}, exc_info=True
+                )
+        if published is not None and published.seq >= last:
+            return published, "supervisor"
+        folded = await self._load(job_id) if last else None
+        if folded is None:
+            if published is not None:
+                return published, "supervisor"
+            raise NotFound(f"no job {job_id!r}")
+        return await self._project(folded.job), "api"
+
+    async def exists(self, job_id: str) -> bool:
+        """Return whether the job has a record or a published Status."""
+        if not is_job_id(job_id):
+            return False
+        if await self._records.last_seq(job_id):
+            return True
+        return await self._statuses.get((job_id,)) is not None
+
+    def watch(self, job_id: str) -> LatestFeed:
+        """Follow the job's published Status: its current value, then every change."""
+        return self._statuses.watch((job_id,))
+
+    async def record(self, job_id: str, after: int = 0) -> RecordResponse:
+        """Return the job's events with seq greater than ``after``.
+
+        Raises:
+            NotFound: no record for ``job_id``.
+        """
+        if not is_job_id(job_id):
+            raise NotFound(f"no job {job_id!r}: not a job id")
+        entries = await self._records.read(job_id, after_seq=after)
+        if not entries and (after == 0 or not await self._records.last_seq(job_id)):
+            raise NotFound(f"no job {job_id!r}")
+        return RecordResponse(
+            job_id=job_id,
+            events=tuple(RecordedEvent(seq=s, event=e) for s, e in _events(entries)),
+        )
+
+    async def list_jobs(self, states: frozenset[State] | None = None) -> JobList:
+        """List every job, from the latest published Statuses.
+
+        A job whose Status hasn't been published yet (just submitted) is folded and projected
+        here, so the listing holds every job with a record.
+
+        Args:
+            states: only jobs in one of these states (None: all).
+        """
+        entries, ids = await asyncio.gather(self._statuses.get_all(), self._records.list_jobs())
+        found: dict[str, Status] = {}
+        for entry in entries:
+            try:
+                status = decode(entry.payload, Status)
+            except DecodeError:
+                log.warning("status.undecodable", extra={"seq": entry.seq}, exc_info=True)
+                continue
+            found[status.job_id] = status
+        missing = [j for j in ids if j not in found]
+
+        async def projected(job_id: str) -> Status | None:
+            folded = await self._load(job_id)
+            return None if folded is None else await self._project(folded.job)
+
+        for status_or_none in await self._bounded(missing, projected):
+            if status_or_none is not None:
+                found[status_or_none.job_id] = status_or_none
+        jobs = (
+            JobSummary.of(s)
+            for _, s in sorted(found.items())
+            if states is None or s.state in states
+        )
+        return JobList(jobs=tuple(jobs))
+
+    async def escalations(
+        self, *, delivered: bool | None = None, job_id: str | None = None
+    ) -> EscalationList:
+        """List escalations across jobs (or of one), oldest first.
+
+        Escalations live in the records, not in Statuses, so every job's record is folded:
+        O(all events) on a cold cache, then O(new events) per call (the folds are cached).
+        Acceptable at the scale of one site's training jobs; an index kept by a record
+        follower would replace it if listings grow hot.
+
+        Args:
+            delivered: only delivered (True) or undelivered (False) ones; None: all.
+            job_id: only this job's.
+        """
+        ids = [job_id] if job_id is not None else await self._records.list_jobs()
+        out: list[EscalationView] = []
+        for folded in await self._bounded(ids, self._load):
+            if folded is None:
+                continue
+            for esc in folded.job.escalations:
+                if delivered is None or (esc.delivered is not None) == delivered:
+                    out.append(
+                        EscalationView(
+                            job_id=folded.job.job_id,
+                            id=esc.id,
+                            at=esc.at,
+                            detail=esc.detail,
+                            delivered=esc.delivered,
+                        )
+                    )
+        out.sort(key=lambda e: (e.at, e.job_id, e.id))
+        return EscalationList(escalations=tuple(out))
+
+    # ----------------------------------------------------------------------- commands
+
+    def _count(self, command: str, outcome: str) -> None:
+        self._metrics.commands.labels(command, outcome).inc()
+
+    async def _counted(self, command: str, work: Awaitable[T]) -> T:
+        try:
+            result = await work
+        except ApiError as err:
+            self._count(command, _OUTCOMES.get(type(err), "error"))
+            raise
+        except Exception:
+            self._count(command, "error")
+            raise
+        self._count(command, "replayed" if getattr(result, "replayed", False) else "committed")
+        return result
+
+    @staticmethod
+    def _msg_base(actor: CoreActor, job_id: str, command: str, key: str | None) -> str:
+        if key is None:
+            return _MSG_PREFIX + uuid.uuid4().hex
+        seed = f"{actor.kind}:{actor.name}\n{job_id}\n{command}\n{key}"
+        return _MSG_PREFIX + hashlib.sha256(seed.encode()).hexdigest()[:32]
+
+    async def submit(self, actor: CoreActor, body: bytes, key: str | None) -> SubmitResponse:
+        """Submit a job (``POST /v1/jobs``).
+
+        Args:
+            actor: who submits.
+            body: the request body (:class:`~services.api.schemas.SubmitRequest`).
+            key: the request's ``Idempotency-Key``, if any: a retry with the same key (and
+                actor) is answered from the first commit; without ``job_id`` the made id is
+                derived from the key, so the retry names the same job.
+
+        Raises:
+            BadRequest: malformed body, unknown cluster, invalid policy (code
+                ``invalid-policy``); ``field`` names the place.
+            RefusedCommand: the job id is taken.
+            Busy: every attempt lost a race.
+        """
+        return await self._counted("submit", self._submit(actor, body, key))
+
+    async def _submit(self, actor: CoreActor, body: bytes, key: str | None) -> SubmitResponse:
+        req = decode_body(SubmitRequest, body)
+        check_spec(req.spec)
+        declarations = self._declarations.get(req.spec.cluster)
+        if declarations is None:
+            known = ", ".join(self.clusters) or "none is configured"
+            raise BadRequest(
+                f"unknown cluster {req.spec.cluster!r} (known: {known})",
+                code="unknown-cluster",
+                field="spec.cluster",
+            )
+        raw: dict[str, Any] = msgspec.json.decode(body)
+        command = strict_command(
+            {
+                "command": "submit",
+                "by": msgspec.to_builtins(actor),
+                "job_id": req.job_id or "job",
+                "spec": raw["spec"],
+                "policy": raw.get("policy", {}),
+                "declarations": msgspec.to_builtins(declarations),
+                "reason": req.reason,
+            }
+        )
+        try:
+            make_plan(req.spec, req.policy, declarations)
+        except InvalidPolicy as err:
+            field = f"policy.rules[{err.rule}]" + (".on" if err.cause else "")
+            raise BadRequest(str(err), code="invalid-policy", field=field) from err
+        seed = f"{actor.kind}:{actor.name}\n{key}" if key is not None else None
+        for _ in range(self._attempts):
+            job_id = req.job_id or f"{req.name or 'job'}-{_suffix(seed)}"
+            base = self._msg_base(actor, job_id, "submit", key)
+            folded = await self._load(job_id)
+            if folded is not None:
+                if base in folded.bases:
+                    entries = await self._records.read(job_id)
+                    return SubmitResponse(
+                        job_id=job_id,
+                        seq=next(e.seq for e in entries if _base_of(e.msg_id) == base),
+                        plan=folded.job.plan,
+                        status=await self._project(folded.job),
+                        replayed=True,
+                    )
+                if req.job_id is None and seed is None:
+                    continue  # a made id that is taken: make another
+            try:
+                events = decide(
+                    None if folded is None else folded.job,
+                    msgspec.structs.replace(command, job_id=job_id),
+                    self._clock(),
+                    job_id=job_id,
+                )
+            except Refused as err:
+                raise RefusedCommand(err.reason) from err
+            created = events[0]
+            try:
+                seq = await self._records.append(
+                    job_id, encode(created), expected_last_seq=0, msg_id=f"{base}:0"
+                )
+            except ConcurrencyConflict:
+                self._metrics.conflicts.labels("submit").inc()
+                continue
+            job = fold([(seq, created)], self._clock())
+            self._remember(_Folded(job, frozenset({base})))
+            log.info(
+                "job.submitted",
+                extra={"job_id": job_id, "seq": seq, "actor": actor.name},
+            )
+            return SubmitResponse(
+                job_id=job_id, seq=seq, plan=job.plan, status=await self._project(job)
+            )
+        raise Busy("the job id kept being taken by other submissions; try again")
+
+    async def command(
+        self, actor: CoreActor, job_id: str, command: str, body: bytes, key: str | None
+    ) -> CommandResponse:
+        """Decide an operator command and commit its events (``POST /v1/jobs/{job}/{command}``).
+
+        Args:
+            actor: who gives it (recorded with it).
+            job_id: the job.
+            command: its name: one of :data:`~services.api.schemas.COMMAND_REQUESTS`.
+            body: the request body.
+            key: the request's ``Idempotency-Key``, if any (see :meth:`submit`).
+
+        Raises:
+            NotFound: no such job (or command).
+            BadRequest: malformed body; ``field`` names it.
+            Forbidden: a service actor abandoning.
+            RefusedCommand: the core refused it (the message is its reason).
+            Busy: every attempt lost a race to another writer.
+        """
+        return await self._counted(command, self._command(actor, job_id, command, body, key))
+
+    async def _command(
+        self, actor: CoreActor, job_id: str, name: str, body: bytes, key: str | None
+    ) -> CommandResponse:
+        request_type = COMMAND_REQUESTS.get(name)
+        if request_type is None:
+            raise NotFound(f"no command {name!r}; commands: {', '.join(COMMAND_REQUESTS)}")
+        if not is_job_id(job_id):
+            raise NotFound(f"no job {job_id!r}: not a job id")
+        req = decode_body(request_type, body)
+        if name == "abandon" and actor.kind is not ActorKind.HUMAN:
+            raise Forbidden(f"only a human may abandon; {actor.name} is a {actor.kind} actor")
+        raw: dict[str, Any] = msgspec.json.decode(body) if body.strip() else {}
+        raw = {k: v for k, v in raw.items() if k not in ("name", "new_job_id")}
+        raw.update(command=name, by=msgspec.to_builtins(actor))
+        if name == "supersede":
+            raw["new_job_id"] = "job"
+        command = strict_command(raw)
+        base = self._msg_base(actor, job_id, name, key)
+        folded = await self._load(job_id)
+        if folded is None:
+            raise NotFound(f"no job {job_id!r}")
+        if base in folded.bases:
+            return await self._replay(job_id, name, base)
+        if isinstance(req, SupersedeRequest) and isinstance(command, Supersede):
+            if folded.job.superseded_by is not None:
+                await self._complete_supersede(job_id)
+            new_id = await self._new_job_id(job_id, req, actor, key)
+            command = msgspec.structs.replace(command, new_job_id=new_id)
+        for _ in range(self._attempts):
+            if base in folded.bases:
+                return await self._replay(job_id, name, base)
+            try:
+                events = decide(folded.job, command, self._clock())
+            except Refused as err:
+                raise RefusedCommand(err.reason) from err
+            except InvalidPolicy as err:  # a supersede re-makes the plan
+                raise RefusedCommand(str(err)) from err
+            own = [e for e in events if e.job_id == job_id]
+            created = [e for e in events if isinstance(e, JobCreated) and e.job_id != job_id]
+            msg_ids = [f"{base}:{i}" for i in range(len(own))]
+            try:
+                seqs = await self._records.append_many(
+                    job_id,
+                    [encode(e) for e in own],
+                    expected_last_seq=folded.job.seq,
+                    msg_ids=msg_ids,
+                )
+            except ConcurrencyConflict:
+                self._metrics.conflicts.labels(name).inc()
+                log.info("command.conflict", extra={"job_id": job_id, "command": name})
+                folded = await self._load(job_id) or folded
+                continue
+            committed = list(zip(seqs, own, strict=True))
+            folded = self._extend(folded, committed, base)
+            log.info(
+                "command.committed",
+                extra={"job_id": job_id, "command": name, "actor": actor.name, "seqs": seqs},
+            )
+            new_job_id, plan = None, None
+            if created:
+                new = created[0]
+                await self._create(new, f"{msg_ids[0]}:new")
+                new_job_id, plan = new.job_id, new.plan
+            return CommandResponse(
+                job_id=job_id,
+                command=name,
+                seq=seqs[-1],
+                events=tuple(RecordedEvent(seq=s, event=e) for s, e in committed),
+                status=await self._project(folded.job),
+                new_job_id=new_job_id,
+                plan=plan,
+            )
+        raise Busy(
+            f"job {job_id!r}: {name} lost the race to other writers {self._attempts} times; "
+            "try again"
+        )
+
+    async def _new_job_id(
+        self, job_id: str, req: SupersedeRequest, actor: CoreActor, key: str | None
+    ) -> str:
+        """The id of the job a supersede creates: the one asked for (refused if taken), or
+        ``<name>-<suffix>`` (derived from the key with one, else random and untaken)."""
+        if req.new_job_id is not None:
+            if await self._records.last_seq(req.new_job_id):
+                raise RefusedCommand(
+                    f"job {req.new_job_id!r} already exists; give another new_job_id"
+                )
+            return req.new_job_id
+        name = req.name or job_id[:54].rstrip("-")
+        seed = f"{actor.kind}:{actor.name}\n{job_id}\nsupersede\n{key}" if key else None
+        for _ in range(self._attempts):
+            new_id = f"{name}-{_suffix(seed)}"
+            if seed is not None or not await self._records.last_seq(new_id):
+                return new_id
+        raise Busy("could not make an untaken job id; give new_job_id")
+
+    async def _create(self, created: JobCreated, msg_id: str) -> int:
+        """Append a superseding job's creation to its (new) record; idempotent by msg id."""
+        try:
+            seq = await self._records.append(
+                created.job_id, encode(created), expected_last_seq=0, msg_id=msg_id
+            )
+        except ConcurrencyConflict as err:
+            log.error(
+                "supersede.new_job_taken",
+                extra={"job_id": created.supersedes, "new_job_id": created.job_id},
+            )
+            raise RefusedCommand(
+                f"job {created.job_id!r} was created by someone else while "
+                f"{created.supersedes!r} was being superseded by it; the old job names it as "
+                "its successor: check both records"
+            ) from err
+        self._remember(_Folded(fold([(seq, created)], self._clock()), frozenset()))
+        return seq
+
+    async def _complete_supersede(self, job_id: str) -> JobCreated | None:
+        """Finish a supersede whose new job's creation was never appended (a crash between
+        the two appends): decide it again against the record as it was before
+        ``Superseded``, and append the new job's creation.
+
+        The old job's ``Superseded`` is appended first (its optimistic concurrency makes two
+        racing supersedes of one job impossible); the new record second, so a crash in
+        between leaves a link to a job with no record, which this repairs, never an orphan
+        job that runs beside the one its predecessor names.
+
+        Returns:
+            The new job's creation, if this appended it.
+        """
+        entries = await self._records.read(job_id)
+        events = _events(entries)
+        at = next((i for i, (_, e) in enumerate(events) if isinstance(e, Superseded)), None)
+        if at is None:
+            return None
+        superseded = events[at][1]
+        assert isinstance(superseded, Superseded)
+        if await self._records.last_seq(superseded.new_job):
+            return None
+        before = fold(events[:at], self._clock())
+        redo = Supersede(by=superseded.by, reason=superseded.reason, new_job_id=superseded.new_job)
+        created = next(e for e in decide(before, redo, superseded.at) if isinstance(e, JobCreated))
+        msg_id = entries[at].msg_id or f"repair-{job_id}-{entries[at].seq}"
+        await self._create(created, f"{msg_id}:new")
+        log.warning(
+            "supersede.completed",
+            extra={"job_id": job_id, "new_job_id": superseded.new_job},
+        )
+        return created
+
+    async def _replay(self, job_id: str, name: str, base: str) -> CommandResponse:
+        """Answer a retried request from the events its first try committed."""
+        entries = await self._records.read(job_id)
+        mine = [
+            RecordedEvent(seq=s, event=e)
+            for (s, e), entry in zip(_events(entries), entries, strict=True)
+            if _base_of(entry.msg_id) == base
+        ]
+        new_job_id, plan = None, None
+        for rec in mine:
+            if isinstance(rec.event, Superseded):
+                new_job_id = rec.event.new_job
+                await self._complete_supersede(job_id)
+                new = await self._load(new_job_id)
+                plan = new.job.plan if new is not None else None
+        folded = await self._load(job_id)
+        assert folded is not None
+        return CommandResponse(
+            job_id=job_id,
+            command=name,
+            seq=mine[-1].seq if mine else folded.job.seq,
+            events=tuple(mine),
+            status=await self._project(folded.job),
+            new_job_id=new_job_id,
+            plan=plan,
+            replayed=True,
+        )
