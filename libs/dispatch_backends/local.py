@@ -1036,6 +1036,8 @@ class LocalBackend:
             LaunchUnknownError: the runner did not come up within ``start_timeout_s`` (the
                 object may still appear), or an injected fault (the object was made).
             Unreachable: the data directory can't be written, or an injected fault.
+            EpochOutOfRange: G or N is outside the epoch's bounds (a caller's bug; nothing
+                is made).
         """
         return await asyncio.to_thread(self._start, launch)
 
@@ -1054,6 +1056,9 @@ class LocalBackend:
             raise LaunchRefusedError(
                 self._cluster, "nothing to run: the spec has neither a command nor a script"
             )
+        # Before anything is made: an epoch out of bounds is the caller's bug (it raises).
+        execution_epoch = epoch(launch.generation, launch.submission, 0)
+        cwd = spec.options.get("chdir") or self._workdir or os.getcwd()
         try:
             object_id, path = self._store.allocate()
         except OSError as err:
@@ -1064,7 +1069,7 @@ class LocalBackend:
             DISPATCH_JOB=launch.intent.job_id,
             DISPATCH_SUBMISSION=str(launch.submission),
             DISPATCH_ATTEMPT=execution,
-            DISPATCH_EPOCH=str(epoch(launch.generation, launch.submission, 0)),
+            DISPATCH_EPOCH=str(execution_epoch),
         )
         if spec.checkpoint is not None:
             env["DISPATCH_CHECKPOINT"] = spec.checkpoint
@@ -1081,10 +1086,10 @@ class LocalBackend:
             attempt=launch.attempt,
             generation=launch.generation,
             execution=execution,
-            epoch=int(env["DISPATCH_EPOCH"]),
+            epoch=execution_epoch,
             command=command,
             env=env,
-            cwd=spec.options.get("chdir") or self._workdir or os.getcwd(),
+            cwd=cwd,
             time_limit_s=time_limit_s,
             kill_wait_s=self._kill_wait_s,
             node=self._node,
