@@ -48,9 +48,10 @@
 #                            OOM gives OUT_OF_MEMORY); 0: linuxproc
 #                            + OverMemoryKill                         [0]
 #   SLURM_LAB_WAIT           max seconds to wait for READY            [90]
-#   SLURM_LAB_FRESH          1: wipe saved jobs, node state, jobcomp
-#                            file and accounting database first
-#                            (cluster must be stopped); = --fresh     [0]
+#   SLURM_LAB_FRESH          1: wipe saved jobs, node state, logs
+#                            (with the jobcomp file) and accounting
+#                            database first (cluster must be
+#                            stopped); job ids start at 1; = --fresh  [0]
 #   SLURM_LAB_FORCE          1: replace /etc/slurm files that this
 #                            script did not write (a backup is kept)  [0]
 #   SLURM_LAB_CANCEL_WAIT    stop: s to wait for cancelled jobs       [45]
@@ -402,8 +403,9 @@ for f in "$RUN"/slurmd-node*.pid; do pid_alive "$f" slurmd && running_any=1; don
 
 if [ "$FRESH" = 1 ]; then
     [ "$running_any" = 0 ] || die "--fresh / SLURM_LAB_FRESH=1 but the cluster is running; run '$0 stop' first"
-    log "fresh start: wiping $STATE, $SPOOL, $MDB and $LOGD/jobcomp.log"
-    rm -rf "$STATE" "$SPOOL" "$MDB" "$LOGD/jobcomp.log"
+    log "fresh start: wiping $STATE, $SPOOL, $MDB and the logs in $LOGD"
+    rm -rf "$STATE" "$SPOOL" "$MDB"
+    rm -f "$LOGD"/*.log "$LOGD"/*.stderr
 fi
 mkdir -p "$LAB_DIR/etc" "$RUN" "$LOGD" "$STATE"
 for i in $(seq 1 "$NODES"); do mkdir -p "$SPOOL/node$i"; done
@@ -594,9 +596,9 @@ if [ "$ACCOUNTING" = 1 ] && [ "$dbd_changed" = 1 ] && pid_alive "$RUN/slurmdbd.p
     stop_pidfiles 15 "$RUN/slurmdbd.pid"
 fi
 if [ "$ACCOUNTING" = 0 ]; then
-    # a cluster without accounting has no slurmdbd or database running
-    stop_pidfiles 15 "$RUN/slurmdbd.pid"
-    stop_pidfiles 60 "$DBPID"
+    # a cluster without accounting has no slurmdbd or database running (both
+    # at once: what slurmdbd still had to write is of no use any more)
+    stop_pidfiles 60 "$RUN/slurmdbd.pid" "$DBPID"
 fi
 # slurmd of nodes no longer configured (SLURM_LAB_NODES was lowered)
 extra=()
