@@ -17,14 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar, overload
 
 import msgspec
 
-from dispatch_core.constants import SUPERVISOR
+from dispatch_core.commands import OperatorCommand
 from dispatch_core.decide import decide
 from dispatch_core.events import (
     CessationObserved,
+    EscalationCommitted,
     EscalationDelivered,
+    Event,
     GateOpened,
     JobCreated,
     JobEvent,
@@ -33,7 +36,7 @@ from dispatch_core.events import (
     LaunchUnknown,
 )
 from dispatch_core.fold import fold
-from dispatch_core.job import Job
+from dispatch_core.job import Job, Status
 from dispatch_core.plan import next_steps
 from dispatch_core.policy import make_plan
 from dispatch_core.project import project
@@ -62,6 +65,7 @@ from dispatch_core.steps import (
     Launch,
     OpenGate,
     Pass,
+    Step,
     Stop,
 )
 
@@ -86,6 +90,9 @@ __all__ = [
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 CLUSTER = "c1"
 ALICE = Actor(name="alice", kind=ActorKind.HUMAN)
+
+E = TypeVar("E", bound=Event)
+S = TypeVar("S", bound=Step)
 
 LaunchResult = Callable[[Launch], JobEvent | None]
 """What the scheduler answered a launch: a ``LaunchRecorded``/``Refused``/``Unknown``
@@ -196,13 +203,19 @@ def apply_pass(
     record: Record,
     the_pass: Pass,
     now: datetime,
-    **results: object,
+    *,
+    launch: LaunchResult | None = None,
+    gates: bool = True,
+    ceased: bool | None = False,
+    delivered: bool = False,
 ) -> Job:
     """Append a pass's decisions, then the results of its actions (see :func:`facts`; by
-    default gates open, launches stay in flight, cessation answers no, nothing is
+    default gates open, launches stay in flight, cessation answers "not yet", nothing is
     delivered), and re-fold."""
     record.append(decisions(the_pass))
-    record.append(facts(the_pass, now, **results))  # type: ignore[arg-type]
+    record.append(
+        facts(the_pass, now, launch=launch, gates=gates, ceased=ceased, delivered=delivered)
+    )
     return record.job(now)
 
 
@@ -330,22 +343,19 @@ class Sim:
         )
 
     def _launch(self, step: Launch) -> JobEvent | None:
-        common = {
-            "job_id": self.job_id,
-            "at": self.now,
-            "submission": step.submission,
-            "attempt": step.attempt,
-        }
+        job_id, at, n, a = self.job_id, self.now, step.submission, step.attempt
         match self.launch_answer:
             case "refused":
-                return LaunchRefused(**common, detail="sbatch: error: Batch job submission failed")  # type: ignore[arg-type]
+                words = "sbatch: error: Batch job submission failed"
+                return LaunchRefused(job_id=job_id, at=at, submission=n, attempt=a, detail=words)
             case "unknown":
-                return LaunchUnknown(**common, detail="timeout after 30 s")  # type: ignore[arg-type]
+                words = "timeout after 30 s"
+                return LaunchUnknown(job_id=job_id, at=at, submission=n, attempt=a, detail=words)
             case "lost":
                 return None
             case _:
-                obj = self.own(step.submission, step.attempt)
-                return LaunchRecorded(**common, ref=obj.ref)  # type: ignore[arg-type]
+                ref = self.own(n, a).ref
+                return LaunchRecorded(job_id=job_id, at=at, submission=n, attempt=a, ref=ref)
 
     # -- the supervisor ---------------------------------------------------------------------
 
@@ -385,11 +395,12 @@ class Sim:
                 )
         self.stopped.clear()
 
-    def command(self, command: object) -> None:
+    def command(self, command: OperatorCommand) -> None:
         """Decide an operator command and append its events."""
-        self.record.append(decide(self.job, command, self.now))  # type: ignore[arg-type]
+        self.record.append(decide(self.job, command, self.now))
 
-    def status(self) -> object:
+    def status(self) -> Status:
+        """The job's Status now."""
         return project(self.job, self.discovery(), self.now)
 
     def current(self) -> ObservedObject:
@@ -402,11 +413,11 @@ class Sim:
         raise AssertionError(f"no live object of submission {sub.number}")
 
 
-# Keep the supervisor actor importable from here for tests that compare it.
-SUPERVISOR_ACTOR = SUPERVISOR
-
-
-def committed(the_pass: Pass, kind: type[JobEvent] | None = None) -> list[JobEvent]:
+@overload
+def committed(the_pass: Pass) -> list[JobEvent]: ...
+@overload
+def committed(the_pass: Pass, kind: type[E]) -> list[E]: ...
+def committed(the_pass: Pass, kind: type[Event] | None = None) -> list[Any]:
     """The events of a pass's ``Commit`` steps (of one type, when given)."""
     return [
         s.event
@@ -415,18 +426,14 @@ def committed(the_pass: Pass, kind: type[JobEvent] | None = None) -> list[JobEve
     ]
 
 
-def actions(the_pass: Pass, kind: type[object]) -> list[object]:
+def actions(the_pass: Pass, kind: type[S]) -> list[S]:
     """The pass's steps of one step type."""
     return [s for s in the_pass.steps if isinstance(s, kind)]
 
 
 def escalation_ids(the_pass: Pass) -> list[str]:
-    """Ids of the escalations a pass commits."""
-    from dispatch_core.events import EscalationCommitted
-
-    return [
-        e.id for e in committed(the_pass, EscalationCommitted) if isinstance(e, EscalationCommitted)
-    ]
+    """Ids of the escalations a pass commits, in order."""
+    return [e.id for e in committed(the_pass, EscalationCommitted)]
 
 
 def start(sim: Sim) -> ObservedObject:

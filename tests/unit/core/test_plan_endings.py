@@ -64,9 +64,7 @@ def test_object_ending_with_budget_left_recovers_and_starts_next_submission() ->
     p = sim.step()
 
     ended = committed(p, ExecutionEnded)
-    assert [(e.ref, e.restart, e.cause) for e in ended if isinstance(e, ExecutionEnded)] == [
-        (obj.ref, 0, PREEMPTED)
-    ]
+    assert [(e.ref, e.restart, e.cause) for e in ended] == [(obj.ref, 0, PREEMPTED)]
     (recovery,) = committed(p, RecoveryCommitted)
     assert isinstance(recovery, RecoveryCommitted)
     assert (recovery.rule, recovery.action, recovery.cause, recovery.native) == (

@@ -78,9 +78,7 @@ def test_overdue_actor_hold_escalates_and_stays() -> None:
 
     p = sim.step()
 
-    assert [
-        e.id for e in committed(p, EscalationCommitted) if isinstance(e, EscalationCommitted)
-    ] == ["overdue:1"]
+    assert [e.id for e in committed(p, EscalationCommitted)] == ["overdue:1"]
     assert sim.job.hold is not None
 
 
