@@ -732,6 +732,8 @@ done
 # ---------------------------------------------------------------- readiness
 deadline=$(( $(date +%s) + WAIT ))
 until scontrol ping 2> /dev/null | grep -q 'is UP'; do
+    pid_alive "$RUN/slurmctld.pid" slurmctld ||
+        { tail_log "$LOGD/slurmctld.log"; die "slurmctld exited (see the log above)"; }
     [ "$(date +%s)" -lt "$deadline" ] ||
         { tail_log "$LOGD/slurmctld.log"; die "slurmctld did not answer 'scontrol ping' within $WAIT s"; }
     sleep 0.2
@@ -754,6 +756,10 @@ while :; do
         esac
     done < <(scontrol -o show nodes 2> /dev/null | sed -n 's/^NodeName=\([^ ]*\) .* State=\([^ ]*\) .*/\1 \2/p')
     [ "$ready" -ge "$NODES" ] && break
+    for i in $(seq 1 "$NODES"); do
+        pid_alive "$RUN/slurmd-node$i.pid" slurmd ||
+            { tail_log "$LOGD/slurmd-node$i.log"; die "slurmd for node$i exited (see the log above)"; }
+    done
     if [ "$(date +%s)" -ge "$deadline" ]; then
         sinfo -N -l >&2 || true
         tail_log "$LOGD/slurmctld.log"
