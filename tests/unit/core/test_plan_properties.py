@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from dispatch_core.commands import (
     Abandon,
@@ -31,6 +33,7 @@ from dispatch_core.events import (
     ExecutionEnded,
     OutcomeCommitted,
 )
+from dispatch_core.fold import fold
 from dispatch_core.job import Job, LaunchOutcome, Status
 from dispatch_core.plan import next_steps
 from dispatch_core.project import settled
@@ -38,10 +41,14 @@ from dispatch_core.state import (
     Action,
     CauseKind,
     Declarations,
+    Discovery,
     Enforcer,
+    Execution,
     GateState,
     JobSpec,
     ObjectPhase,
+    ObjectRef,
+    ObservedObject,
     RecoveryRule,
     SharedCheckpoint,
     State,
@@ -49,6 +56,7 @@ from dispatch_core.state import (
 )
 from dispatch_core.steps import Commit, Deliver, OpenGate, Pass
 from tests.unit.core.helpers import ALICE, CLUSTER, Record, Sim, cause, decisions, facts
+from tests.unit.core.strategies import records
 
 ENDINGS = [
     CauseKind.NONE,
@@ -387,3 +395,90 @@ def test_recovering_never_returns_to_pending_whatever_happens(
             assert status.state is not State.PENDING, seen
 
     _walk(setup, moves, answers, check)
+
+
+_PHASES = ["absent", "running", "ended", "requeued", "node-lost", "pending"]
+
+
+@st.composite
+def _situations(draw: st.DrawFn) -> tuple[Job, Discovery, datetime]:
+    """A record a real dispatch could write (strategies.records, written independently of
+    the planner), and a scheduler view of it: each object absent, running, ended, requeued,
+    on a lost node or pending, perhaps a foreign object, at some time after the record."""
+    record = draw(records(max_steps=25))
+    last = max(ev.at for _, ev in record)
+    now = last + timedelta(seconds=draw(st.sampled_from([0, 1, 61, 601, 1801, 90000])))
+    job = fold(record, now)
+    objects: list[ObservedObject] = []
+    for obj in job.objects:
+        phase = draw(st.sampled_from(_PHASES))
+        restarts = max(obj.ended, default=0) + draw(st.integers(0, 1))
+        base = ObservedObject(
+            ref=obj.ref,
+            name=f"dj-{job.job_id}",
+            submission=obj.submission or 1,
+            attempt=obj.attempt or 1,
+            phase=ObjectPhase.RUNNING,
+            restarts=restarts,
+            gate=draw(st.sampled_from(GateState)),
+        )
+        kind = draw(st.sampled_from(ENDINGS))
+        match phase:
+            case "absent":
+                continue
+            case "ended":
+                base = replace(base, phase=ObjectPhase.ENDED, cause=cause(kind))
+            case "requeued":
+                earlier = Execution(restart=restarts, cause=cause(kind))
+                base = replace(base, executions=(earlier,), restarts=restarts + 1)
+            case "node-lost":
+                base = replace(base, cause=cause(CauseKind.NODE_LOST, at=last))
+            case "pending":
+                base = replace(base, phase=ObjectPhase.PENDING)
+            case _:
+                pass
+        objects.append(base)
+    if draw(st.booleans()):
+        objects.append(
+            ObservedObject(
+                ref=ObjectRef(cluster=CLUSTER, id="alien"),
+                name=f"dj-{job.job_id}",
+                submission=None,
+                attempt=None,
+                phase=ObjectPhase.RUNNING,
+            )
+        )
+    discovery = Discovery(cluster=CLUSTER, job_id=job.job_id, seen_at=now, objects=tuple(objects))
+    return job, discovery, now
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(situation=_situations())
+def test_next_steps_on_records_a_real_dispatch_could_write(
+    situation: tuple[Job, Discovery, datetime],
+) -> None:
+    """On any record dispatch could write (strategies.records) and any view of its objects:
+    the planner is total and idempotent, keeps every budget and a committed outcome, and
+    gives a settled job nothing but delivery and clean-up."""
+    job, discovery, now = situation
+    declarations = job.declarations
+
+    p = next_steps(job, discovery, declarations, now)
+
+    events = decisions(p) + facts(p, now, ceased=False)
+    after = fold(((job.seq + 1 + i, ev) for i, ev in enumerate(events)), now, prior=job)
+    again = next_steps(after, discovery, declarations, now)
+    assert [s for s in again.steps if not isinstance(s, Deliver)] == []
+    for rule in after.plan.rules:
+        assert after.spent(rule.rule) <= rule.budget
+    if job.outcome is not None:
+        assert (after.outcome, after.outcome_cause) == (job.outcome, job.outcome_cause)
+    if settled(job, discovery):
+        for step in p.steps:
+            assert isinstance(step, Deliver) or (
+                isinstance(step, Commit) and isinstance(step.event, ExecutionEnded)
+            ), step
