@@ -157,17 +157,19 @@ class S3Store:
         """
         key = self.key(relpath)
         try:
-            listed = self._client.list_objects_v2(Bucket=self._bucket, Prefix=key + "/", MaxKeys=1)
-            if listed.get("KeyCount", 0) > 0:
-                return True
+            # A file answers the HEAD (one request); a folder needs the LIST as well.
             self._client.head_object(Bucket=self._bucket, Key=key)
             return True
         except ClientError as err:
-            if _is(err, _NOT_FOUND):
-                return False
-            raise self._fail("look up", key, err) from err
+            if not _is(err, _NOT_FOUND):
+                raise self._fail("look up", key, err) from err
         except BotoCoreError as err:
             raise self._fail("look up", key, err) from err
+        try:
+            listed = self._client.list_objects_v2(Bucket=self._bucket, Prefix=key + "/", MaxKeys=1)
+        except (ClientError, BotoCoreError) as err:
+            raise self._fail("look up", key, err) from err
+        return listed.get("KeyCount", 0) > 0
 
     def create_entry(self, name: str) -> None:
         """Create the empty object ``pub/<name>`` with ``If-None-Match: *``.
