@@ -141,7 +141,7 @@ EOF
     for id in "$@"; do
         grep -E "JobId=$id([ _]|$)|JobId=$id\\.|job_id=$id |jobid $id |JOB $id " "$LAB_DIR/log/slurmctld.log" |
             awk -v t="[$T_BEGIN" 'substr($0, 1, 20) >= t' || true
-    done > "$d/slurmctld.log"
+    done | awk '!seen[$0]++' > "$d/slurmctld.log"
     for id in "$@"; do grep -E "^JobId=$id " "$LAB_DIR/log/jobcomp.log" || true; done > "$d/jobcomp.txt"
     for id in "$@"; do
         for f in "$W/slurm-$id.out" "$W"/slurm-"$id"_*.out; do [ -e "$f" ] && cp "$f" "$d/output-${f##*/}"; done
