@@ -1,0 +1,43 @@
+"""The ``kubeflow`` backend: dispatch's objects are Kubeflow Trainer TrainJobs (issue 7).
+
+Every rule below cites ``shared/labs/kubeflow-facts.md`` (B1 TrainJob, B2 JobSet, B3 Job
+and Pod, B4 Kueue, B5 the node-loss hang). Modules:
+
+* :mod:`.settings`: :class:`KubeflowSettings` (namespaces, gate mode, node-loss window,
+  retention, timeouts) and the ``JobSpec.options`` a launch may set.
+* :mod:`.names`: the naming scheme (``dj-<job>-<N>-<a>``, cut and hashed to fit 63
+  characters), labels and annotations.
+* :mod:`.body`: the TrainJob a launch creates, and how ``DISPATCH_ATTEMPT``,
+  ``DISPATCH_EPOCH`` and the checkpoint root reach the trainer (and the limit of that).
+* :mod:`.gate`: the start gate: Kueue's ``kueue.x-k8s.io/admission-gated-by`` or
+  ``spec.suspend``; ``admin-held`` when someone else's gate holds it.
+* :mod:`.causes`: the pure cause mapping (the cause table), from plain dicts.
+* :mod:`.observe`: phase, gate, executions and the memory of first ends, per TrainJob.
+* :mod:`.watch`: list-then-watch reflectors, relisting on 410.
+* :mod:`.backend`: :class:`KubeflowBackend`, the I/O.
+
+**Stopping.** ``stop`` deletes the TrainJob with ``propagationPolicy: Foreground``, so it is
+shown ``stopping`` until its pods are gone and a replacement's gate opens only after that
+(seed 000's fence); with ``release_lost_pods`` it also force-deletes its pods on a node
+NotReady for at least the node-loss window, which nothing else would ever release (B5).
+``emergency_stop`` force-deletes every pod at once.
+
+**Cessation signal** (seed 004): ceased when no pod of the object is left unfinished and
+every node it ran on is Ready (a node NotReady or gone may still run its processes).
+
+Only this package imports ``kubernetes``.
+"""
+
+from dispatch_backends.kubeflow.backend import ForeignObjectError, KubeflowBackend, ObjectNotFound
+from dispatch_backends.kubeflow.names import trainjob_name
+from dispatch_backends.kubeflow.settings import OPTIONS, GateMode, KubeflowSettings
+
+__all__ = [
+    "OPTIONS",
+    "ForeignObjectError",
+    "GateMode",
+    "KubeflowBackend",
+    "KubeflowSettings",
+    "ObjectNotFound",
+    "trainjob_name",
+]

@@ -1,0 +1,943 @@
+"""The kubeflow backend: dispatch's objects are Kubeflow Trainer TrainJobs (DESIGN.md section 7).
+
+See the package docstring for the whole picture; this module is the I/O: the blocking
+``kubernetes`` client is called through ``asyncio.to_thread`` bounded by a semaphore, and
+the watches (:mod:`.watch`) run in threads of their own.
+
+**Calls.** :meth:`KubeflowBackend.discover` makes one paged TrainJob list per namespace
+(label selector ``dispatch.dev/job``), whatever the number of jobs: that is
+``Snapshot.calls`` (plus the rare housekeeping writes it made). The JobSets, Jobs, pods,
+Workloads (``kueue`` mode) of each namespace and the cluster's nodes come from standing
+list-then-watch streams, one per resource and namespace (pods by ``dispatch.dev/job``, Jobs
+by ``jobset.sigs.k8s.io/jobset-name``), so a poll never reads per job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import secrets
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+import msgspec
+import urllib3
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from dispatch_backends.kubeflow.body import InvalidLaunch, namespace_of, trainjob_body
+from dispatch_backends.kubeflow.causes import NodeFacts, PodFacts, node_facts, pod_facts
+from dispatch_backends.kubeflow.gate import open_patch
+from dispatch_backends.kubeflow.names import (
+    ANNOTATION_OBSERVED,
+    JOBSET,
+    JOBSET_NAME_LABEL,
+    LABEL_ATTEMPT,
+    LABEL_JOB,
+    LABEL_SUBMISSION,
+    TRAINER,
+    WORKLOAD,
+    read_number,
+    trainjob_name,
+)
+from dispatch_backends.kubeflow.observe import (
+    Housekeeping,
+    Observed,
+    encode_observed,
+    observe,
+)
+from dispatch_backends.kubeflow.settings import GateMode, KubeflowSettings
+from dispatch_backends.kubeflow.watch import Reflector
+from dispatch_backends.protocol import (
+    BackendError,
+    CessationAnswer,
+    LaunchRefusedError,
+    LaunchUnknownError,
+    Snapshot,
+    Unreachable,
+)
+from dispatch_core.state import Declarations, ObjectRef, ObservedObject
+from dispatch_core.steps import Launch
+
+__all__ = ["ForeignObjectError", "KubeflowBackend", "ObjectNotFound"]
+
+log = logging.getLogger("dispatch_backends.kubeflow")
+
+_JSON_PATCH: Final = "application/json-patch+json"
+_MERGE_PATCH: Final = "application/merge-patch+json"
+_OPEN_GATE_TRIES: Final = 5
+
+
+class ForeignObjectError(BackendError):
+    """The object's submission and attempt can't be read: it is foreign (seed 002) and
+    dispatch never touches it."""
+
+    def __init__(self, cluster: str, object_id: str) -> None:
+        super().__init__(cluster, f"TrainJob {object_id} is foreign: dispatch never touches it")
+        self.object_id = object_id
+
+
+class ObjectNotFound(BackendError):
+    """No TrainJob at that ref (never made, or gone)."""
+
+    def __init__(self, cluster: str, object_id: str) -> None:
+        super().__init__(cluster, f"no TrainJob {object_id}")
+        self.object_id = object_id
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _status_words(err: ApiException) -> str:
+    """``<code> <reason>: <message>`` from the API server's ``Status`` body, verbatim."""
+    reason, message = err.reason or "", ""
+    try:
+        body = json.loads(err.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    if isinstance(body, dict):
+        reason = body.get("reason") or reason
+        message = body.get("message") or ""
+    text = f"{err.status} {reason}".strip()
+    return f"{text}: {message}" if message else text
+
+
+def _status_reason(err: ApiException) -> str:
+    try:
+        body = json.loads(err.body or "{}")
+    except (TypeError, ValueError):
+        return ""
+    return str(body.get("reason") or "") if isinstance(body, dict) else ""
+
+
+class KubeflowBackend:
+    """dispatch's objects as TrainJobs on one Kubernetes cluster (see the package docstring).
+
+    Implements :class:`~dispatch_backends.protocol.Backend`,
+    :class:`~dispatch_backends.protocol.CessationSignal` and
+    :class:`~dispatch_backends.protocol.EmergencyStopper`. Call :meth:`aclose` (or use
+    ``async with``) to stop its watch threads.
+    """
+
+    def __init__(
+        self,
+        cluster: str,
+        settings: KubeflowSettings,
+        api_client: Any,
+        *,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        """Serve ``cluster`` through ``api_client``.
+
+        Args:
+            cluster: the cluster name (part of every ref).
+            settings: the cluster's settings.
+            api_client: a ``kubernetes.client.ApiClient``; the backend does not close it
+                (:meth:`from_settings` makes one it does close).
+            clock: the time (timezone-aware), for retention and cessation.
+        """
+        self._cluster = cluster
+        self._settings = settings
+        self._api_client = api_client
+        self._owns_client = False
+        self._custom = k8s.CustomObjectsApi(api_client)
+        self._core = k8s.CoreV1Api(api_client)
+        self._clock = clock
+        self._semaphore = asyncio.Semaphore(settings.max_concurrency)
+        self._lock = threading.Lock()
+        self._evidence: dict[tuple[str, str], dict[str, PodFacts]] = defaultdict(dict)
+        self._memory: dict[str, Observed] = {}
+        self._gaps: dict[str, str] = {}
+        self._reflectors: dict[tuple[str, str], Reflector] = {}
+        self._watch_clients: list[Any] = []
+        self._started = False
+        self._closed = False
+
+    @classmethod
+    def from_settings(cls, cluster: str, settings: KubeflowSettings) -> KubeflowBackend:
+        """Build the backend with a client from the kubeconfig (or the in-cluster service
+        account, ``settings.in_cluster``).
+
+        Raises:
+            BackendError: the kubeconfig can't be loaded.
+        """
+        from kubernetes import config as k8s_config
+
+        configuration = k8s.Configuration()
+        try:
+            if settings.in_cluster:
+                k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
+                    client_configuration=configuration
+                )
+            else:
+                k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=settings.kubeconfig or None,
+                    context=settings.context or None,
+                    client_configuration=configuration,
+                )
+        except Exception as err:  # the loaders raise a variety of their own errors
+            raise BackendError(cluster, f"cannot load the Kubernetes configuration: {err}") from err
+        configuration.connection_pool_maxsize = settings.max_concurrency + 2
+        backend = cls(cluster, settings, k8s.ApiClient(configuration))
+        backend._owns_client = True
+        return backend
+
+    # -- the Backend protocol -------------------------------------------------------------
+
+    @property
+    def cluster(self) -> str:
+        """The cluster name."""
+        return self._cluster
+
+    @property
+    def settings(self) -> KubeflowSettings:
+        """The backend's settings."""
+        return self._settings
+
+    def declarations(self) -> Declarations:
+        """The node-loss window (``settings.node_loss_window_s``), no native recovery
+        actions, a cessation signal and an emergency stop."""
+        return Declarations(
+            node_loss_window_s=self._settings.node_loss_window_s,
+            cessation_signal=True,
+            emergency_stop=True,
+        )
+
+    async def start(self, launch: Launch) -> ObjectRef:
+        """Create the launch's TrainJob with its start gate closed (see :mod:`.body`).
+
+        A second start of the same launch (a retry after a lost answer) finds the TrainJob
+        it made and returns it.
+
+        Raises:
+            LaunchRefusedError: the API server refused it (its ``Status`` words verbatim),
+                or the launch can't be a TrainJob here.
+            LaunchUnknownError: the answer was lost after the request was sent.
+            Unreachable: the API server could not be asked (nothing was created).
+        """
+        self._ensure_watching()
+        try:
+            namespace = namespace_of(launch, self._settings)
+            body = trainjob_body(launch, self._settings, secrets.token_hex(4))
+        except InvalidLaunch as err:
+            raise LaunchRefusedError(self._cluster, str(err)) from err
+        name = body["metadata"]["name"]
+        group, version, plural = TRAINER
+        try:
+            await self._call(
+                self._custom.create_namespaced_custom_object,
+                group,
+                version,
+                namespace,
+                plural,
+                body,
+                field_validation="Strict",
+                _request_timeout=self._settings.request_timeout_s,
+            )
+        except ApiException as err:
+            if err.status == 409 and _status_reason(err) == "AlreadyExists":
+                return await self._existing(launch, namespace, name, err)
+            if err.status == 429:
+                raise Unreachable(
+                    self._cluster, f"create {namespace}/{name}: {_status_words(err)}"
+                ) from err
+            if err.status is not None and 400 <= err.status < 500:
+                raise LaunchRefusedError(self._cluster, _status_words(err)) from err
+            raise LaunchUnknownError(
+                self._cluster, f"create {namespace}/{name}: {_status_words(err)}"
+            ) from err
+        except urllib3.exceptions.HTTPError as err:
+            if _not_sent(err):
+                raise Unreachable(self._cluster, f"create {namespace}/{name}: {err}") from err
+            raise LaunchUnknownError(self._cluster, f"create {namespace}/{name}: {err}") from err
+        log.info(
+            "kubeflow.trainjob.created",
+            extra={"namespace": namespace, "trainjob": name, "job_id": launch.intent.job_id},
+        )
+        return self._ref(namespace, name)
+
+    async def _existing(
+        self, launch: Launch, namespace: str, name: str, err: ApiException
+    ) -> ObjectRef:
+        found = await self._get_trainjob(self._ref(namespace, name))
+        labels = ((found or {}).get("metadata") or {}).get("labels") or {}
+        if (
+            labels.get(LABEL_JOB) == launch.intent.job_id
+            and read_number(labels, LABEL_SUBMISSION) == launch.submission
+            and read_number(labels, LABEL_ATTEMPT) == launch.attempt
+        ):
+            log.info("kubeflow.trainjob.exists", extra={"namespace": namespace, "trainjob": name})
+            return self._ref(namespace, name)
+        raise LaunchRefusedError(
+            self._cluster, f"{_status_words(err)} (and it is not this launch's TrainJob)"
+        ) from err
+
+    async def open_gate(self, ref: ObjectRef) -> None:
+        """Open dispatch's own gate of ``ref`` (see :mod:`.gate`); another gate is left alone.
+        Opening an open gate does nothing.
+
+        Raises:
+            ObjectNotFound: no such TrainJob.
+            ForeignObjectError: it is foreign.
+            Unreachable: the API server could not be asked.
+        """
+        namespace, name = self._split(ref)
+        group, version, plural = TRAINER
+        for _ in range(_OPEN_GATE_TRIES):
+            trainjob = await self._own(ref)
+            patch = open_patch(trainjob, self._settings.gate, self._settings.gate_name)
+            if patch is None:
+                return
+            try:
+                await self._call(
+                    self._custom.patch_namespaced_custom_object,
+                    group,
+                    version,
+                    namespace,
+                    plural,
+                    name,
+                    patch,
+                    _content_type=_JSON_PATCH,
+                    _request_timeout=self._settings.request_timeout_s,
+                )
+            except ApiException as err:
+                if err.status == 422 and "test" in _status_words(err).lower():
+                    continue  # the gates changed since read: read again
+                raise self._error(f"open the gate of {ref.id}", err) from err
+            log.info("kubeflow.gate.opened", extra={"namespace": namespace, "trainjob": name})
+            return
+        raise BackendError(self._cluster, f"open the gate of {ref.id}: its gates keep changing")
+
+    async def stop(self, ref: ObjectRef) -> None:
+        """Delete ``ref`` with ``propagationPolicy: Foreground``: the TrainJob stays (phase
+        ``stopping``) until its JobSet, Jobs and pods are gone, so a replacement's gate opens
+        only after the old pods are. With ``release_lost_pods``, its pods on a node NotReady
+        (or gone) for at least the node-loss window are force-deleted, since no kubelet will
+        ever confirm their deletion (facts B5). An object already gone is not an error.
+
+        Raises:
+            ForeignObjectError: it is foreign.
+            Unreachable: the API server could not be asked.
+        """
+        trainjob = await self._own_or_none(ref)
+        if trainjob is None:
+            return
+        await self._delete(ref, trainjob)
+        if self._settings.release_lost_pods:
+            await self._force_delete_pods(ref, only_lost=True)
+
+    async def emergency_stop(self, ref: ObjectRef) -> None:
+        """Delete ``ref`` (foreground) and force-delete every pod of it now (grace 0), those
+        on a NotReady node included: no kill wait (seed 002).
+
+        Raises:
+            ForeignObjectError: it is foreign.
+            Unreachable: the API server could not be asked.
+        """
+        trainjob = await self._own_or_none(ref)
+        if trainjob is not None:
+            await self._delete(ref, trainjob)
+        await self._force_delete_pods(ref, only_lost=False)
+
+    async def discover(self) -> Snapshot:
+        """Every TrainJob labelled ``dispatch.dev/job`` in the configured namespaces.
+
+        One TrainJob list per namespace, plus the watches' caches (see the module
+        docstring); then the housekeeping writes that keep what it reports true (see
+        :mod:`.observe`).
+
+        Raises:
+            Unreachable: a list failed, or the watches could not list at all.
+        """
+        self._ensure_watching()
+        await self._wait_synced()
+        seen_at = self._clock()
+        calls = 0
+        trainjobs: list[dict[str, Any]] = []
+        for namespace in self._settings.namespaces:
+            items, pages = await self._list_trainjobs(namespace)
+            trainjobs.extend(items)
+            calls += pages
+        objects: dict[str, list[ObservedObject]] = defaultdict(list)
+        chores: list[tuple[Housekeeping, dict[str, Any], Observed, Mapping[str, Any] | None]] = []
+        index = self._index()
+        live: set[str] = set()
+        for trainjob in trainjobs:
+            meta = trainjob.get("metadata") or {}
+            namespace = str(meta.get("namespace"))
+            name, uid = str(meta.get("name")), str(meta.get("uid"))
+            live.add(uid)
+            jobset = index.jobsets.get((namespace, name))
+            if jobset is not None and not _owned_by(jobset, uid):
+                jobset = None
+            jobset_uid = str(((jobset or {}).get("metadata") or {}).get("uid") or "")
+            jobs = [
+                j
+                for j in index.jobs.get((namespace, name), ())
+                if not jobset_uid or _owned_by(j, jobset_uid)
+            ]
+            workload = index.workloads.get(uid)
+            with self._lock:
+                pods = list(self._evidence.get((namespace, name), {}).values())
+                memory = self._memory.get(uid)
+            result = observe(
+                trainjob,
+                cluster=self._cluster,
+                settings=self._settings,
+                jobset=jobset,
+                jobs=jobs,
+                pods=pods,
+                nodes=index.nodes,
+                workload=workload,
+                memory=memory,
+                caught_up=functools.partial(self._caught_up, namespace),
+                now=seen_at,
+                evidence_note=self._gaps.get(namespace, ""),
+            )
+            with self._lock:
+                self._memory[uid] = result.memory
+            if result.waiting:
+                log.debug(
+                    "kubeflow.evidence.waiting", extra={"namespace": namespace, "trainjob": name}
+                )
+            objects[result.job_id].append(result.observed)
+            if self._settings.record_on_object and not result.observed.foreign:
+                chores.extend((c, trainjob, result.memory, workload) for c in result.housekeeping)
+        self._prune(trainjobs, live)
+        for chore, trainjob, memory, workload in chores:
+            calls += await self._housekeep(chore, trainjob, memory, workload)
+        return Snapshot(
+            cluster=self._cluster,
+            seen_at=seen_at,
+            objects={job: tuple(objs) for job, objs in objects.items()},
+            calls=calls,
+        )
+
+    async def cessation(self, ref: ObjectRef, nodes: tuple[str, ...]) -> CessationAnswer:
+        """Whether ``ref``'s processes are gone (seed 004), from the nodes it ran on.
+
+        Ceased when no pod of it is left unfinished in the API server and every node it ran
+        on (``nodes`` and those dispatch saw its pods on) is Ready, or saw each of its pods
+        there finish (a kubelet reported them ``Succeeded``/``Failed``). A node NotReady or
+        gone is never "ceased": a partitioned node may still run the processes.
+
+        Raises:
+            Unreachable: the API server could not be asked.
+        """
+        self._ensure_watching()
+        await self._wait_synced()
+        namespace, name = self._split(ref)
+        pods = await self._pods_of(namespace, name)
+        index = self._index()
+        with self._lock:
+            seen = list(self._evidence.get((namespace, name), {}).values())
+        for pod in pods:
+            facts = pod_facts(None, pod, deleted=False)
+            if not facts.finished:
+                where = f" on node {facts.node}" if facts.node else ""
+                state = "being deleted" if facts.deleting else f"phase {facts.phase or 'unknown'}"
+                return CessationAnswer(
+                    ceased=False, detail=f"pod {facts.name} is still there ({state}){where}"
+                )
+        present = {p.get("metadata", {}).get("uid") for p in pods}
+        ran = {p.node for p in seen if p.node} | set(nodes)
+        for node in sorted(ran):
+            facts_node = index.nodes.get(node)
+            if facts_node is not None and facts_node.is_ready:
+                continue
+            on_node = [p for p in seen if p.node == node]
+            if on_node and all(p.finished and not p.lost for p in on_node if p.uid not in present):
+                continue
+            words = (
+                facts_node.words() if facts_node is not None else f"node {node} no longer exists"
+            )
+            return CessationAnswer(
+                ceased=False,
+                detail=f"{words}: processes there can't be confirmed gone",
+            )
+        return CessationAnswer(
+            ceased=True,
+            detail=f"no pod of {ref.id} is left and its nodes {sorted(ran)} are Ready",
+        )
+
+    async def aclose(self) -> None:
+        """Stop the watch threads (and close the client :meth:`from_settings` made)."""
+        if self._closed:
+            return
+        self._closed = True
+        reflectors = list(self._reflectors.values())
+
+        def stop_all() -> None:
+            for reflector in reflectors:
+                reflector.stop()
+            for reflector in reflectors:
+                reflector.join()
+            for api in self._watch_clients:
+                api.close()
+            if self._owns_client:
+                self._api_client.close()
+
+        await asyncio.to_thread(stop_all)
+
+    async def __aenter__(self) -> KubeflowBackend:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- watches --------------------------------------------------------------------------
+
+    def _ensure_watching(self) -> None:
+        if self._started:
+            return
+        if self._closed:
+            raise BackendError(self._cluster, "the backend is closed")
+        self._started = True
+        settings = self._settings
+        for namespace in settings.namespaces:
+            core, batch, custom = self._watch_apis()
+            self._add(
+                "pods",
+                namespace,
+                functools.partial(core.list_namespaced_pod, namespace),
+                LABEL_JOB,
+                on_object=functools.partial(self._on_pod, namespace, False),
+                on_deleted=functools.partial(self._on_pod_deleted, namespace),
+                on_relisted=functools.partial(self._on_relisted, namespace),
+            )
+            self._add(
+                "jobs",
+                namespace,
+                functools.partial(batch.list_namespaced_job, namespace),
+                JOBSET_NAME_LABEL,
+            )
+            group, version, plural = JOBSET
+            self._add(
+                "jobsets",
+                namespace,
+                functools.partial(
+                    custom.list_namespaced_custom_object, group, version, namespace, plural
+                ),
+                None,
+            )
+            if settings.gate is GateMode.KUEUE:
+                _, _, custom2 = self._watch_apis()
+                group, version, plural = WORKLOAD
+                self._add(
+                    "workloads",
+                    namespace,
+                    functools.partial(
+                        custom2.list_namespaced_custom_object, group, version, namespace, plural
+                    ),
+                    None,
+                )
+        core, _, _ = self._watch_apis()
+        self._add("nodes", "", core.list_node, None)
+        for reflector in self._reflectors.values():
+            reflector.start()
+
+    def _watch_apis(self) -> tuple[Any, Any, Any]:
+        api = k8s.ApiClient(self._api_client.configuration)
+        self._watch_clients.append(api)
+        return k8s.CoreV1Api(api), k8s.BatchV1Api(api), k8s.CustomObjectsApi(api)
+
+    def _add(
+        self,
+        kind: str,
+        namespace: str,
+        list_fn: Callable[..., Any],
+        selector: str | None,
+        *,
+        on_object: Callable[[Mapping[str, Any]], None] | None = None,
+        on_deleted: Callable[[Mapping[str, Any], bool], None] | None = None,
+        on_relisted: Callable[[int], None] | None = None,
+    ) -> None:
+        self._reflectors[(kind, namespace)] = Reflector(
+            f"{kind} {namespace}".strip(),
+            list_fn,
+            label_selector=selector,
+            on_object=on_object or _ignore,
+            on_deleted=on_deleted or _ignore_deleted,
+            on_relisted=on_relisted,
+            watch_timeout_s=self._settings.watch_timeout_s,
+            request_timeout_s=self._settings.request_timeout_s,
+        )
+
+    def _on_pod(self, namespace: str, deleted: bool, pod: Mapping[str, Any]) -> None:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        trainjob = labels.get(JOBSET_NAME_LABEL)
+        if not trainjob:
+            return
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        with self._lock:
+            pods = self._evidence[(namespace, str(trainjob))]
+            pods[uid] = pod_facts(pods.get(uid), pod, deleted=deleted)
+
+    def _on_pod_deleted(self, namespace: str, pod: Mapping[str, Any], seen: bool) -> None:
+        self._on_pod(namespace, True, pod)
+        if not seen:
+            labels = (pod.get("metadata") or {}).get("labels") or {}
+            key = (namespace, str(labels.get(JOBSET_NAME_LABEL) or ""))
+            uid = str((pod.get("metadata") or {}).get("uid") or "")
+            with self._lock:
+                facts = self._evidence.get(key, {}).get(uid)
+                if facts is not None:
+                    self._evidence[key][uid] = msgspec.structs.replace(facts, lost=True)
+
+    def _on_relisted(self, namespace: str, rv: int) -> None:
+        reflector = self._reflectors.get(("pods", namespace))
+        if reflector is not None and reflector.lists > 1:
+            self._gaps[namespace] = (
+                f"the pod watch of namespace {namespace} expired (410) and was relisted at "
+                f"{self._clock().isoformat(timespec='seconds')}: pod changes before that may "
+                "not have been seen"
+            )
+
+    async def _wait_synced(self) -> None:
+        reflectors = list(self._reflectors.values())
+        if all(r.synced for r in reflectors):
+            return
+        timeout = self._settings.sync_timeout_s
+
+        def wait() -> bool:
+            return all(r.wait_synced(timeout) for r in reflectors)
+
+        if not await asyncio.to_thread(wait):
+            errors = "; ".join(f"{r.name}: {r.error}" for r in reflectors if not r.synced)
+            raise Unreachable(self._cluster, f"the watches could not list: {errors}")
+
+    def _caught_up(self, namespace: str, rv: int) -> bool:
+        """Whether every watch of ``namespace`` (and of the nodes) has seen up to ``rv``."""
+        return all(
+            r.progress >= rv for (kind, ns), r in self._reflectors.items() if ns in (namespace, "")
+        )
+
+    def _index(self) -> _Index:
+        """What the watches hold now, indexed by owner."""
+        index = _Index()
+        for (kind, namespace), reflector in self._reflectors.items():
+            for obj in reflector.objects():
+                meta = obj.get("metadata") or {}
+                if kind == "jobsets":
+                    index.jobsets[(namespace, str(meta.get("name")))] = obj
+                elif kind == "jobs":
+                    owner = (meta.get("labels") or {}).get(JOBSET_NAME_LABEL)
+                    index.jobs[(namespace, str(owner))].append(obj)
+                elif kind == "workloads":
+                    for ref in meta.get("ownerReferences") or ():
+                        if ref.get("kind") == "TrainJob":
+                            index.workloads[str(ref.get("uid"))] = obj
+                elif kind == "nodes":
+                    facts = node_facts(obj)
+                    index.nodes[facts.name] = facts
+        return index
+
+    def _prune(self, trainjobs: list[dict[str, Any]], live: set[str]) -> None:
+        names = {
+            (str(t["metadata"].get("namespace")), str(t["metadata"].get("name"))) for t in trainjobs
+        }
+        with self._lock:
+            for uid in [u for u in self._memory if u not in live]:
+                del self._memory[uid]
+            for key in [k for k in self._evidence if k not in names]:
+                if all(p.deleted for p in self._evidence[key].values()):
+                    del self._evidence[key]
+
+    # -- calls ----------------------------------------------------------------------------
+
+    async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run one blocking client call in a worker thread, at most ``max_concurrency`` at
+        once. (Typed ``Any``: the generated client's annotations don't describe
+        ``_preload_content=False`` answers.)"""
+        async with self._semaphore:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+
+    def _error(self, what: str, err: ApiException | urllib3.exceptions.HTTPError) -> BackendError:
+        """Translate a client error: unreachable when the server could not answer (no
+        connection, 429, 5xx), else a non-retryable error with the server's words."""
+        if isinstance(err, ApiException):
+            if err.status in (None, 0, 429) or (err.status or 0) >= 500:
+                return Unreachable(self._cluster, f"{what}: {_status_words(err)}")
+            return BackendError(self._cluster, f"{what}: {_status_words(err)}")
+        return Unreachable(self._cluster, f"{what}: {err}")
+
+    async def _list_trainjobs(self, namespace: str) -> tuple[list[dict[str, Any]], int]:
+        group, version, plural = TRAINER
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        pages = 0
+        while True:
+            kwargs: dict[str, Any] = {"label_selector": LABEL_JOB, "limit": 500}
+            if token:
+                kwargs["_continue"] = token
+            try:
+                page = await self._call(
+                    self._custom.list_namespaced_custom_object,
+                    group,
+                    version,
+                    namespace,
+                    plural,
+                    _request_timeout=self._settings.request_timeout_s,
+                    **kwargs,
+                )
+            except (ApiException, urllib3.exceptions.HTTPError) as err:
+                raise self._error(f"list TrainJobs in {namespace}", err) from err
+            pages += 1
+            items.extend(page.get("items") or ())
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items, pages
+
+    async def _get_trainjob(self, ref: ObjectRef) -> dict[str, Any] | None:
+        namespace, name = self._split(ref)
+        group, version, plural = TRAINER
+        try:
+            found: dict[str, Any] = await self._call(
+                self._custom.get_namespaced_custom_object,
+                group,
+                version,
+                namespace,
+                plural,
+                name,
+                _request_timeout=self._settings.request_timeout_s,
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise self._error(f"read TrainJob {ref.id}", err) from err
+        except urllib3.exceptions.HTTPError as err:
+            raise self._error(f"read TrainJob {ref.id}", err) from err
+        return found
+
+    async def _own(self, ref: ObjectRef) -> dict[str, Any]:
+        found = await self._own_or_none(ref)
+        if found is None:
+            raise ObjectNotFound(self._cluster, ref.id)
+        return found
+
+    async def _own_or_none(self, ref: ObjectRef) -> dict[str, Any] | None:
+        """The TrainJob at ``ref`` (``None`` when gone), refusing a foreign one."""
+        found = await self._get_trainjob(ref)
+        if found is None:
+            return None
+        labels = (found.get("metadata") or {}).get("labels") or {}
+        if (
+            not labels.get(LABEL_JOB)
+            or read_number(labels, LABEL_SUBMISSION) is None
+            or read_number(labels, LABEL_ATTEMPT) is None
+        ):
+            raise ForeignObjectError(self._cluster, ref.id)
+        return found
+
+    async def _delete(self, ref: ObjectRef, trainjob: Mapping[str, Any]) -> None:
+        meta = trainjob.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return
+        namespace, name = self._split(ref)
+        group, version, plural = TRAINER
+        body = k8s.V1DeleteOptions(
+            propagation_policy="Foreground",
+            preconditions=k8s.V1Preconditions(uid=meta.get("uid")),
+        )
+        try:
+            await self._call(
+                self._custom.delete_namespaced_custom_object,
+                group,
+                version,
+                namespace,
+                plural,
+                name,
+                body=body,
+                _request_timeout=self._settings.request_timeout_s,
+            )
+        except ApiException as err:
+            if err.status in (404, 409):  # gone, or replaced by another object of that name
+                return
+            raise self._error(f"delete TrainJob {ref.id}", err) from err
+        except urllib3.exceptions.HTTPError as err:
+            raise self._error(f"delete TrainJob {ref.id}", err) from err
+        log.info("kubeflow.trainjob.deleted", extra={"namespace": namespace, "trainjob": name})
+
+    async def _pods_of(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        try:
+            resp = await self._call(
+                self._core.list_namespaced_pod,
+                namespace,
+                label_selector=f"{JOBSET_NAME_LABEL}={name}",
+                _preload_content=False,
+                _request_timeout=self._settings.request_timeout_s,
+            )
+        except (ApiException, urllib3.exceptions.HTTPError) as err:
+            raise self._error(f"list the pods of {namespace}/{name}", err) from err
+        return list(json.loads(resp.data).get("items") or ())
+
+    async def _force_delete_pods(self, ref: ObjectRef, *, only_lost: bool) -> None:
+        namespace, name = self._split(ref)
+        pods = await self._pods_of(namespace, name)
+        if not pods:
+            return
+        nodes = self._index().nodes if all(r.synced for r in self._reflectors.values()) else {}
+        window = timedelta(seconds=self._settings.node_loss_window_s)
+        now = self._clock()
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            node = str((pod.get("spec") or {}).get("nodeName") or "")
+            if only_lost:
+                facts = nodes.get(node)
+                if not node or not nodes or (facts is not None and facts.is_ready):
+                    continue
+                if facts is not None and (facts.since is None or now - facts.since < window):
+                    continue
+            try:
+                await self._call(
+                    self._core.delete_namespaced_pod,
+                    str(meta.get("name")),
+                    namespace,
+                    grace_period_seconds=0,
+                    _request_timeout=self._settings.request_timeout_s,
+                )
+            except ApiException as err:
+                if err.status == 404:
+                    continue
+                raise self._error(f"force-delete pod {namespace}/{meta.get('name')}", err) from err
+            except urllib3.exceptions.HTTPError as err:
+                raise self._error(f"force-delete pod {namespace}/{meta.get('name')}", err) from err
+            log.warning(
+                "kubeflow.pod.force_deleted",
+                extra={"namespace": namespace, "pod": meta.get("name"), "node": node},
+            )
+
+    async def _housekeep(
+        self,
+        chore: Housekeeping,
+        trainjob: Mapping[str, Any],
+        memory: Observed,
+        workload: Mapping[str, Any] | None,
+    ) -> int:
+        """Make one housekeeping write; return the calls made. A failure is logged, never
+        raised: the snapshot is already right, and the write is retried next time."""
+        meta = trainjob.get("metadata") or {}
+        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+        group, version, plural = TRAINER
+        try:
+            match chore:
+                case Housekeeping.RECORD:
+                    await self._call(
+                        self._custom.patch_namespaced_custom_object,
+                        group,
+                        version,
+                        namespace,
+                        plural,
+                        name,
+                        {
+                            "metadata": {
+                                "annotations": {ANNOTATION_OBSERVED: encode_observed(memory)}
+                            }
+                        },
+                        _content_type=_MERGE_PATCH,
+                        _request_timeout=self._settings.request_timeout_s,
+                    )
+                case Housekeeping.SUSPEND:
+                    await self._call(
+                        self._custom.patch_namespaced_custom_object,
+                        group,
+                        version,
+                        namespace,
+                        plural,
+                        name,
+                        {"spec": {"suspend": True}},
+                        _content_type=_MERGE_PATCH,
+                        _request_timeout=self._settings.request_timeout_s,
+                    )
+                    log.warning(
+                        "kubeflow.trainjob.revived",
+                        extra={"namespace": namespace, "trainjob": name},
+                    )
+                case Housekeeping.DEACTIVATE:
+                    wl_group, wl_version, wl_plural = WORKLOAD
+                    wl_name = str(((workload or {}).get("metadata") or {}).get("name"))
+                    await self._call(
+                        self._custom.patch_namespaced_custom_object,
+                        wl_group,
+                        wl_version,
+                        namespace,
+                        wl_plural,
+                        wl_name,
+                        {"spec": {"active": False}},
+                        _content_type=_MERGE_PATCH,
+                        _request_timeout=self._settings.request_timeout_s,
+                    )
+                    log.info(
+                        "kubeflow.workload.deactivated",
+                        extra={"namespace": namespace, "workload": wl_name, "trainjob": name},
+                    )
+                case Housekeeping.DELETE:
+                    await self._delete(self._ref(namespace, name), trainjob)
+                case _:
+                    raise AssertionError(f"unhandled housekeeping {chore!r}")
+        except (ApiException, urllib3.exceptions.HTTPError, BackendError) as err:
+            log.warning(
+                "kubeflow.housekeeping.failed",
+                extra={
+                    "namespace": namespace,
+                    "trainjob": name,
+                    "chore": str(chore),
+                    "error": str(err),
+                },
+            )
+        return 1
+
+    # -- refs -----------------------------------------------------------------------------
+
+    def _ref(self, namespace: str, name: str) -> ObjectRef:
+        return ObjectRef(cluster=self._cluster, id=f"{namespace}/{name}")
+
+    def _split(self, ref: ObjectRef) -> tuple[str, str]:
+        if ref.cluster != self._cluster:
+            raise BackendError(self._cluster, f"{ref} is not on this cluster")
+        namespace, sep, name = ref.id.partition("/")
+        if not sep or not namespace or not name:
+            raise BackendError(self._cluster, f"{ref.id!r} is not <namespace>/<name>")
+        return namespace, name
+
+    def trainjob_name(self, launch: Launch) -> str:
+        """The TrainJob name ``launch`` makes (see :func:`.names.trainjob_name`)."""
+        return trainjob_name(launch.intent.job_id, launch.submission, launch.attempt)
+
+
+class _Index:
+    """The watches' objects by owner: JobSets by (namespace, name), Jobs by (namespace,
+    JobSet name), Workloads by their TrainJob's uid, nodes by name."""
+
+    def __init__(self) -> None:
+        self.jobsets: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self.jobs: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
+        self.workloads: dict[str, Mapping[str, Any]] = {}
+        self.nodes: dict[str, NodeFacts] = {}
+
+
+def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    return any(r.get("uid") == uid for r in refs)
+
+
+def _not_sent(err: urllib3.exceptions.HTTPError) -> bool:
+    """Whether a connection error happened before the request was sent (nothing made)."""
+    reason = getattr(err, "reason", None)
+    return isinstance(err, urllib3.exceptions.NewConnectionError) or isinstance(
+        reason, urllib3.exceptions.NewConnectionError | urllib3.exceptions.ConnectTimeoutError
+    )
+
+
+def _ignore(obj: Mapping[str, Any]) -> None:
+    del obj
+
+
+def _ignore_deleted(obj: Mapping[str, Any], seen: bool) -> None:
+    del obj, seen

@@ -1,0 +1,263 @@
+"""The TrainJob a launch creates (pure: the body as a dict, validated by the API server).
+
+**What reaches the trainer, and how** (v2.3.0 has no ``spec.labels`` or
+``podTemplateOverrides`` any more, facts B1): ``spec.trainer.env`` (immutable, merged with
+the runtime's trainer environment) carries, after the job's own ``JobSpec.env``:
+
+==========================  ===================================================================
+``DISPATCH_JOB``            the job id
+``DISPATCH_SUBMISSION``     N
+``DISPATCH_GENERATION``     G
+``DISPATCH_CHECKPOINT``     the checkpoint root (only when the spec has one)
+``DISPATCH_RESTART``        R, from the pod's own label ``jobset.sigs.k8s.io/restart-attempt``
+                            through the downward API (``valueFrom.fieldRef``): the JobSet's
+                            restart count, which is the backend's R (facts B2)
+``DISPATCH_ATTEMPT``        ``<TrainJob name>-<8 random hex>-r$(DISPATCH_RESTART)``: the kubelet
+                            expands ``$(DISPATCH_RESTART)``, so every execution (every JobSet
+                            restart of every TrainJob) gets its own token, shared by all the
+                            pods of that execution (one folder per execution, seed 004)
+``DISPATCH_EPOCH``          ``epoch(G, N, 0)``
+==========================  ===================================================================
+
+**Limit, honestly:** an environment variable can't be computed, so ``DISPATCH_EPOCH`` is the
+epoch of the TrainJob's *first* execution. For a later execution of the same TrainJob (a
+JobSet restart, R > 0) the exact epoch is ``DISPATCH_EPOCH + DISPATCH_RESTART`` (R <
+10**6, so the sum is ``epoch(G, N, R)``); a trainer that publishes checkpoints must add it
+(``dispatch_ckpt`` reads ``DISPATCH_EPOCH`` alone today). Its token is still per execution.
+Within one TrainJob the JobSet deletes the old Jobs in the foreground before it recreates
+them (facts B2), so R and R+1 of one object only overlap when pods were force-deleted.
+
+``spec.runtimePatches`` (manager ``dispatch.dev/backend``) adds the pod label
+``dispatch.dev/job`` to the trainer's replicated job (so one pod watch per namespace sees
+exactly dispatch's pods) and, for ``Launch.exclude_nodes``, a required node affinity
+``kubernetes.io/hostname NotIn``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from dispatch_backends.kubeflow.names import (
+    ADMISSION_GATED_BY,
+    ANNOTATION_GATE,
+    ANNOTATION_GENERATION,
+    ANNOTATION_NAME,
+    ANNOTATION_TOKEN,
+    JOBSET_RESTART_LABEL,
+    LABEL_ATTEMPT,
+    LABEL_JOB,
+    LABEL_SUBMISSION,
+    MANAGER,
+    PRIORITY_CLASS_LABEL,
+    QUEUE_NAME_LABEL,
+    TRAINER,
+    trainjob_name,
+)
+from dispatch_backends.kubeflow.settings import GateMode, KubeflowSettings
+from dispatch_backends.local import parse_time_limit
+from dispatch_backends.protocol import object_name
+from dispatch_core.epoch import epoch
+from dispatch_core.steps import Launch
+
+__all__ = ["DISPATCH_VARS", "InvalidLaunch", "trainjob_body"]
+
+DISPATCH_VARS: Final = (
+    "DISPATCH_JOB",
+    "DISPATCH_SUBMISSION",
+    "DISPATCH_GENERATION",
+    "DISPATCH_CHECKPOINT",
+    "DISPATCH_RESTART",
+    "DISPATCH_ATTEMPT",
+    "DISPATCH_EPOCH",
+)
+"""dispatch's variables; they win over the same names in ``JobSpec.env``."""
+
+
+class InvalidLaunch(ValueError):
+    """The launch can't be expressed as a TrainJob on this cluster (a bad option value, a
+    namespace not configured, no Kueue queue in ``kueue`` mode)."""
+
+
+def _option_int(options: Mapping[str, str], key: str, default: int | None) -> int | None:
+    raw = options.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as err:
+        raise InvalidLaunch(f"option {key}={raw!r}: expected an integer") from err
+    if value < 1:
+        raise InvalidLaunch(f"option {key}={raw!r}: expected at least 1")
+    return value
+
+
+def namespace_of(launch: Launch, settings: KubeflowSettings) -> str:
+    """The namespace a launch goes to.
+
+    Raises:
+        InvalidLaunch: ``options["namespace"]`` is not one of the configured namespaces
+            (discovery would never see it).
+    """
+    namespace = launch.spec.options.get("namespace", settings.namespaces[0])
+    if namespace not in settings.namespaces:
+        raise InvalidLaunch(
+            f"namespace {namespace!r} is not one of this cluster's {list(settings.namespaces)}"
+        )
+    return namespace
+
+
+def trainjob_body(launch: Launch, settings: KubeflowSettings, token: str) -> dict[str, Any]:
+    """Build the TrainJob of ``launch`` with its start gate closed.
+
+    Args:
+        launch: the planner's launch step (job id in ``launch.intent.job_id``).
+        settings: the cluster's settings.
+        token: random hex making ``DISPATCH_ATTEMPT`` unique across clusters and reuses.
+
+    Returns:
+        The body for ``create_namespaced_custom_object``.
+
+    Raises:
+        InvalidLaunch: see :func:`namespace_of` and the option rules of
+            :data:`dispatch_backends.kubeflow.settings.OPTIONS`.
+    """
+    job_id = launch.intent.job_id
+    spec = launch.spec
+    options = spec.options
+    name = trainjob_name(job_id, launch.submission, launch.attempt)
+    labels = {
+        LABEL_JOB: job_id,
+        LABEL_SUBMISSION: str(launch.submission),
+        LABEL_ATTEMPT: str(launch.attempt),
+    }
+    annotations = {
+        ANNOTATION_NAME: object_name(job_id),
+        ANNOTATION_GENERATION: str(launch.generation),
+        ANNOTATION_TOKEN: token,
+    }
+    if settings.gate is GateMode.KUEUE:
+        queue = options.get("queue", settings.queue)
+        if not queue:
+            raise InvalidLaunch(
+                "gate mode kueue needs a Kueue LocalQueue (setting queue or option queue): "
+                "without kueue.x-k8s.io/queue-name Kueue ignores the TrainJob and its "
+                "admission gate"
+            )
+        labels[QUEUE_NAME_LABEL] = queue
+        annotations[ADMISSION_GATED_BY] = settings.gate_name
+    else:
+        annotations[ANNOTATION_GATE] = "closed"
+    if options.get("priority_class"):
+        labels[PRIORITY_CLASS_LABEL] = options["priority_class"]
+
+    trainer: dict[str, Any] = {"env": _env(launch, name, token)}
+    image = options.get("image", settings.image)
+    if image:
+        trainer["image"] = image
+    command = list(spec.command)
+    if not command and spec.script:
+        command = ["/bin/sh", "-c", spec.script]
+    if command:
+        trainer["command"] = command
+    trainer["numNodes"] = _option_int(options, "nodes", settings.num_nodes)
+    procs = _option_int(options, "procs_per_node", None)
+    if procs is not None:
+        trainer["numProcPerNode"] = procs
+    gpus = _option_int(options, "gpus", None)
+    if gpus is not None:
+        trainer["resourcesPerNode"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+
+    body_spec: dict[str, Any] = {
+        "runtimeRef": {
+            "name": options.get("runtime", settings.runtime),
+            "kind": options.get("runtime_kind", settings.runtime_kind),
+        },
+        "trainer": trainer,
+        # Held in both modes: in kueue mode Kueue's webhook sets it anyway and unsuspends on
+        # admission; should Kueue not manage the TrainJob, it stays held rather than run
+        # past a gate nobody enforces.
+        "suspend": True,
+        "runtimePatches": [_runtime_patch(launch, settings)],
+    }
+    if "time" in options:
+        try:
+            limit = parse_time_limit(options["time"])
+        except ValueError as err:
+            raise InvalidLaunch(f"option time={options['time']!r}: {err}") from err
+        if limit is not None:
+            body_spec["activeDeadlineSeconds"] = limit
+    group, version, _ = TRAINER
+    return {
+        "apiVersion": f"{group}/{version}",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+        "spec": body_spec,
+    }
+
+
+def _env(launch: Launch, name: str, token: str) -> list[dict[str, Any]]:
+    spec = launch.spec
+    env: list[dict[str, Any]] = [
+        {"name": key, "value": value} for key, value in spec.env.items() if key not in DISPATCH_VARS
+    ]
+    env += [
+        {"name": "DISPATCH_JOB", "value": launch.intent.job_id},
+        {"name": "DISPATCH_SUBMISSION", "value": str(launch.submission)},
+        {"name": "DISPATCH_GENERATION", "value": str(launch.generation)},
+    ]
+    if spec.checkpoint is not None:
+        env.append({"name": "DISPATCH_CHECKPOINT", "value": spec.checkpoint})
+    env += [
+        {
+            "name": "DISPATCH_RESTART",
+            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOBSET_RESTART_LABEL}']"}},
+        },
+        # $(VAR) is expanded by the kubelet from the variables defined before it.
+        {"name": "DISPATCH_ATTEMPT", "value": f"{name}-{token}-r$(DISPATCH_RESTART)"},
+        {
+            "name": "DISPATCH_EPOCH",
+            "value": str(epoch(launch.generation, launch.submission, 0)),
+        },
+    ]
+    return env
+
+
+def _runtime_patch(launch: Launch, settings: KubeflowSettings) -> dict[str, Any]:
+    pod_spec: dict[str, Any] = {}
+    if launch.exclude_nodes:
+        pod_spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": "kubernetes.io/hostname",
+                                    "operator": "NotIn",
+                                    "values": list(launch.exclude_nodes),
+                                }
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+    pod_template: dict[str, Any] = {"metadata": {"labels": {LABEL_JOB: launch.intent.job_id}}}
+    if pod_spec:
+        pod_template["spec"] = pod_spec
+    return {
+        "manager": MANAGER,
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": settings.trainer_job,
+                            "template": {"spec": {"template": pod_template}},
+                        }
+                    ]
+                }
+            }
+        },
+    }

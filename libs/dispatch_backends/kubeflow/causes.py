@@ -1,0 +1,623 @@
+"""From Kubernetes objects to a cause (pure: plain dicts in, :class:`Cause` out).
+
+Pods are the evidence that vanishes: a preempted pod is deleted, and with it its
+``DisruptionTarget`` condition. So what dispatch keeps of a pod is a :class:`PodFacts`,
+merged from every version of the pod the watch delivered (:func:`pod_facts`): the first
+disruption seen, the first failing container termination seen (and whether the pod was
+already being deleted then), its node. Nodes are summarised as :class:`NodeFacts`.
+
+**The cause table** (each row names its source in ``shared/labs/kubeflow-facts.md``). The
+scheduler's words are kept verbatim in ``Cause.detail``: the TrainJob condition's type,
+reason and message, the child Job's failed condition, then the evidence chosen.
+
+=========================================================  ===============  ===============
+Kubernetes says                                            kind             source
+=========================================================  ===============  ===============
+TrainJob ``Complete=True``                                 ``none``         B1
+TrainJob ``Failed`` reason ``DeadlineExceeded``            ``time-limit``   B1
+TrainJob ``Failed`` reason ``TrainingRuntimeNotSupported``  ``launch-failed``  B1
+pod ``DisruptionTarget`` ``PreemptionByScheduler``         ``preempted``    B3
+pod ``DisruptionTarget`` ``DeletionByTaintManager``        ``node-lost``    B3, B5
+pod ``DisruptionTarget`` ``DeletionByPodGC`` (node gone)   ``node-lost``    B3
+a pod not finished on a node not Ready (or gone)           ``node-lost``    B5
+Kueue Workload ``Evicted`` reason ``Preempted`` (with the  ``preempted``    B4
+``Preempted`` condition's reason, e.g. ``InClusterQueue``)
+Kueue Workload ``Evicted`` reason ``NodeFailures``         ``node-lost``    B4
+child Job ``Failed``/``FailureTarget`` ``DeadlineExceeded``  ``time-limit``   B3
+container terminated ``OOMKilled`` (exit code kept)        ``out-of-memory``  B3
+container terminated with a non-zero exit code, the pod    ``non-zero-exit``  B3
+not being deleted (provenance ``application``)
+any other disruption reason (``TerminationByKubelet``,     ``unknown``      seed 000
+``EvictionByEvictionAPI``, ...), any other Kueue eviction
+reason, any other Failed reason with no evidence
+=========================================================  ===============  ===============
+
+Among several pieces of evidence the earliest wins (the first thing that went wrong; the
+rest is usually its consequence: when one pod fails, the Job controller deletes the others
+and their containers die with 143). A container terminated *while its pod was being
+deleted* is a consequence, never the cause. Same-second ties are broken by the table's
+order. Nothing found means ``unknown`` with the words and what was missing: never a guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import msgspec
+
+from dispatch_backends.kubeflow.names import (
+    JOBSET_NAME_LABEL,
+    JOBSET_RESTART_LABEL,
+    JOBSET_UID_LABEL,
+)
+from dispatch_core.state import Cause, CauseKind, Provenance, UtcDatetime
+
+__all__ = [
+    "Disruption",
+    "NodeFacts",
+    "PodFacts",
+    "Termination",
+    "condition",
+    "execution_cause",
+    "job_words",
+    "kueue_eviction",
+    "lost_nodes",
+    "node_facts",
+    "parse_time",
+    "pod_facts",
+    "terminal_cause",
+]
+
+DISRUPTION_TARGET: Final = "DisruptionTarget"
+
+_PREEMPTED_DISRUPTIONS: Final = frozenset({"PreemptionByScheduler"})
+"""facts B3: ``core/v1/types.go:3792``."""
+_NODE_LOST_DISRUPTIONS: Final = frozenset({"DeletionByTaintManager", "DeletionByPodGC"})
+"""facts B3: taint manager (NoExecute ``unreachable``) and PodGC (node object gone)."""
+_KUEUE_PREEMPTED: Final = "Preempted"
+_KUEUE_NODE_FAILURES: Final = "NodeFailures"
+"""facts B4, ``Evicted`` reasons."""
+
+# Tie-break order for evidence of the same second (the table's order).
+_RANK_DISRUPTION, _RANK_NODE, _RANK_OTHER_DISRUPTION, _RANK_KUEUE = 0, 1, 2, 3
+_RANK_JOB_DEADLINE, _RANK_OOM, _RANK_EXIT = 4, 5, 6
+
+
+def parse_time(value: Any) -> datetime | None:
+    """Parse a Kubernetes timestamp (RFC 3339, ``Z``), or ``None``."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def condition(obj: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | None:
+    """The status condition of type ``kind``, or ``None``."""
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or ():
+        if cond.get("type") == kind:
+            return cond  # type: ignore[no-any-return]
+    return None
+
+
+def _true(obj: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | None:
+    cond = condition(obj, kind)
+    return cond if cond is not None and cond.get("status") == "True" else None
+
+
+def _words(what: str, cond: Mapping[str, Any]) -> str:
+    """``<what> <type> (<reason>): <message>`` with the condition's own words."""
+    reason = cond.get("reason") or ""
+    message = cond.get("message") or ""
+    text = f"{what} {cond.get('type')}"
+    if reason:
+        text += f" ({reason})"
+    if message:
+        text += f": {message}"
+    return text
+
+
+class Disruption(msgspec.Struct, frozen=True, kw_only=True):
+    """A pod's ``DisruptionTarget=True`` condition, as first seen."""
+
+    reason: str
+    message: str
+    at: UtcDatetime | None
+
+
+class Termination(msgspec.Struct, frozen=True, kw_only=True):
+    """A container's first failing termination seen (non-zero exit code or a reason other
+    than ``Completed``).
+
+    Attributes:
+        container: the container's name.
+        exit_code: its exit code.
+        reason: the runtime's reason (``Error``, ``OOMKilled``), verbatim.
+        message: the runtime's message, if any.
+        at: ``finishedAt``.
+        deleting: whether the pod was already being deleted when the termination was first
+            seen (then the termination is a consequence of the deletion, not a cause).
+    """
+
+    container: str
+    exit_code: int | None
+    reason: str
+    message: str = ""
+    at: UtcDatetime | None = None
+    deleting: bool = False
+
+
+class PodFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """What dispatch keeps of one pod, merged over every version seen.
+
+    Attributes:
+        uid, name: the pod.
+        trainjob: its TrainJob (= JobSet) name, from ``jobset.sigs.k8s.io/jobset-name``.
+        jobset_uid: its JobSet's uid, from ``jobset.sigs.k8s.io/jobset-uid``, if labelled.
+        restart: R, from ``jobset.sigs.k8s.io/restart-attempt``.
+        node: the node it was bound to.
+        phase: the last phase seen.
+        deleting: whether the last version seen had a ``deletionTimestamp``.
+        deleted: whether it is gone from the API server (a DELETED event, or missing from a
+            relist).
+        lost: gone without its final version being seen (a watch gap, 410).
+        disruption: the first ``DisruptionTarget=True`` seen.
+        termination: the first failing container termination seen.
+        rv: the resourceVersion of the last version seen.
+    """
+
+    uid: str
+    name: str
+    trainjob: str
+    jobset_uid: str = ""
+    restart: int | None = None
+    node: str = ""
+    phase: str = ""
+    deleting: bool = False
+    deleted: bool = False
+    lost: bool = False
+    disruption: Disruption | None = None
+    termination: Termination | None = None
+    rv: int = 0
+
+    @property
+    def finished(self) -> bool:
+        """Whether its containers are done (phase ``Succeeded``/``Failed``)."""
+        return self.phase in ("Succeeded", "Failed")
+
+
+def _first_termination(pod: Mapping[str, Any], deleting: bool) -> Termination | None:
+    status = pod.get("status") or {}
+    for cs in [
+        *(status.get("initContainerStatuses") or ()),
+        *(status.get("containerStatuses") or ()),
+    ]:
+        for state_key in ("state", "lastState"):
+            terminated = (cs.get(state_key) or {}).get("terminated")
+            if not terminated:
+                continue
+            code = terminated.get("exitCode")
+            reason = terminated.get("reason") or ""
+            if code == 0 and reason in ("", "Completed"):
+                continue
+            return Termination(
+                container=str(cs.get("name") or ""),
+                exit_code=code if isinstance(code, int) else None,
+                reason=reason,
+                message=terminated.get("message") or "",
+                at=parse_time(terminated.get("finishedAt")),
+                deleting=deleting,
+            )
+    return None
+
+
+def pod_facts(previous: PodFacts | None, pod: Mapping[str, Any], *, deleted: bool) -> PodFacts:
+    """Merge one version of a pod into what was known of it.
+
+    Args:
+        previous: the facts so far (``None`` for a pod not seen before).
+        pod: the pod as the API server sent it (from a list or a watch event).
+        deleted: whether this version came with a DELETED event.
+
+    Returns:
+        The merged facts: the first disruption and the first failing termination stick.
+    """
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    deleting = bool(meta.get("deletionTimestamp"))
+    restart_label = labels.get(JOBSET_RESTART_LABEL)
+    restart = (
+        int(restart_label) if isinstance(restart_label, str) and restart_label.isdigit() else None
+    )
+    disruption = previous.disruption if previous is not None else None
+    if disruption is None:
+        cond = _true(pod, DISRUPTION_TARGET)
+        if cond is not None:
+            disruption = Disruption(
+                reason=cond.get("reason") or "",
+                message=cond.get("message") or "",
+                at=parse_time(cond.get("lastTransitionTime")),
+            )
+    termination = previous.termination if previous is not None else None
+    if termination is None:
+        termination = _first_termination(pod, deleting)
+    rv_text = meta.get("resourceVersion") or "0"
+    return PodFacts(
+        uid=str(meta.get("uid") or (previous.uid if previous else "")),
+        name=str(meta.get("name") or ""),
+        trainjob=str(labels.get(JOBSET_NAME_LABEL) or (previous.trainjob if previous else "")),
+        jobset_uid=str(labels.get(JOBSET_UID_LABEL) or ""),
+        restart=restart if restart is not None else (previous.restart if previous else None),
+        node=str((pod.get("spec") or {}).get("nodeName") or (previous.node if previous else "")),
+        phase=str((pod.get("status") or {}).get("phase") or ""),
+        deleting=deleting,
+        deleted=deleted,
+        disruption=disruption,
+        termination=termination,
+        rv=int(rv_text) if str(rv_text).isdigit() else 0,
+    )
+
+
+class NodeFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """A node's ``Ready`` condition, verbatim.
+
+    Attributes:
+        name: the node.
+        ready: the condition's status (``True``, ``False``, ``Unknown``; ``""`` if absent).
+        reason, message: its words.
+        since: ``lastTransitionTime``: when it became what it is.
+    """
+
+    name: str
+    ready: str
+    reason: str = ""
+    message: str = ""
+    since: UtcDatetime | None = None
+
+    @property
+    def is_ready(self) -> bool:
+        """Whether the node is Ready."""
+        return self.ready == "True"
+
+    def words(self) -> str:
+        """``node <name> Ready=<status> (<reason>): <message>``."""
+        text = f"node {self.name} Ready={self.ready or 'absent'}"
+        if self.reason:
+            text += f" ({self.reason})"
+        if self.message:
+            text += f": {self.message}"
+        return text
+
+
+def node_facts(node: Mapping[str, Any]) -> NodeFacts:
+    """Summarise a Node object."""
+    name = str((node.get("metadata") or {}).get("name") or "")
+    cond = condition(node, "Ready")
+    if cond is None:
+        return NodeFacts(name=name, ready="")
+    return NodeFacts(
+        name=name,
+        ready=str(cond.get("status") or ""),
+        reason=cond.get("reason") or "",
+        message=cond.get("message") or "",
+        since=parse_time(cond.get("lastTransitionTime")),
+    )
+
+
+def _node_state(name: str, nodes: Mapping[str, NodeFacts]) -> tuple[bool, str, datetime | None]:
+    """(lost, words, since) of a node: lost when not Ready or no longer in the API."""
+    facts = nodes.get(name)
+    if facts is None:
+        return True, f"node {name} no longer exists", None
+    if facts.is_ready:
+        return False, facts.words(), facts.since
+    return True, facts.words(), facts.since
+
+
+def lost_nodes(
+    pods: Iterable[PodFacts], nodes: Mapping[str, NodeFacts]
+) -> tuple[Cause | None, tuple[str, ...]]:
+    """``node-lost`` for a TrainJob still running with pods on a lost node (facts B5).
+
+    A pod counts when it is not finished (phase not ``Succeeded``/``Failed``) and sits on a
+    node that is not Ready or is gone, or when the taint manager is deleting it
+    (``DeletionByTaintManager``).
+
+    Returns:
+        The cause (``at`` = when the earliest such node stopped being Ready, else the
+        disruption's time) and the lost nodes; ``(None, ())`` when none.
+    """
+    words: list[str] = []
+    lost: set[str] = set()
+    times: list[datetime] = []
+    for pod in sorted(pods, key=lambda p: p.name):
+        if pod.finished or (pod.deleted and not pod.deleting):
+            continue
+        node_lost = False
+        if pod.node:
+            node_lost, node_words, since = _node_state(pod.node, nodes)
+            if node_lost and pod.node not in lost:
+                lost.add(pod.node)
+                words.append(node_words)
+                if since is not None:
+                    times.append(since)
+        disruption = pod.disruption
+        if disruption is not None and disruption.reason == "DeletionByTaintManager":
+            words.append(
+                f"pod {pod.name} {DISRUPTION_TARGET} ({disruption.reason}): {disruption.message}"
+            )
+            if pod.node:
+                lost.add(pod.node)
+            if disruption.at is not None and not node_lost:
+                times.append(disruption.at)
+    if not lost:
+        return None, ()
+    cause = Cause(
+        kind=CauseKind.NODE_LOST,
+        provenance=Provenance.SCHEDULER,
+        detail="; ".join(words),
+        at=min(times) if times else None,
+    )
+    return cause, tuple(sorted(lost))
+
+
+def kueue_eviction(workload: Mapping[str, Any] | None) -> Cause | None:
+    """The cause of a Kueue eviction (Workload ``Evicted=True``, facts B4), or ``None``.
+
+    ``Preempted`` -> ``preempted`` (with the ``Preempted`` condition's reason, e.g.
+    ``InClusterQueue``, in the words); ``NodeFailures`` -> ``node-lost``; any other reason
+    -> ``unknown`` with Kueue's words.
+    """
+    evicted = _true(workload, "Evicted")
+    if evicted is None or workload is None:
+        return None
+    name = (workload.get("metadata") or {}).get("name") or ""
+    words = [_words(f"Kueue Workload {name}", evicted)]
+    preempted = _true(workload, "Preempted")
+    if preempted is not None:
+        words.append(_words(f"Kueue Workload {name}", preempted))
+    reason = evicted.get("reason")
+    if reason == _KUEUE_PREEMPTED:
+        kind = CauseKind.PREEMPTED
+    elif reason == _KUEUE_NODE_FAILURES:
+        kind = CauseKind.NODE_LOST
+    else:
+        kind = CauseKind.UNKNOWN
+    return Cause(
+        kind=kind,
+        provenance=Provenance.SCHEDULER,
+        detail="; ".join(words),
+        at=parse_time(evicted.get("lastTransitionTime")),
+    )
+
+
+def job_words(jobs: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The words of the child Jobs' failure conditions (``Failed``, else ``FailureTarget``)."""
+    out = []
+    for job in sorted(jobs, key=lambda j: str((j.get("metadata") or {}).get("name"))):
+        name = (job.get("metadata") or {}).get("name") or ""
+        cond = _true(job, "Failed") or _true(job, "FailureTarget")
+        if cond is not None:
+            out.append(_words(f"Job {name}", cond))
+    return out
+
+
+class _Candidate(msgspec.Struct, frozen=True, kw_only=True):
+    at: UtcDatetime | None
+    rank: int
+    kind: CauseKind
+    provenance: Provenance
+    words: str
+    exit_code: int | None = None
+
+
+def _candidates(
+    pods: Sequence[PodFacts],
+    jobs: Sequence[Mapping[str, Any]],
+    nodes: Mapping[str, NodeFacts],
+    workload: Mapping[str, Any] | None,
+) -> list[_Candidate]:
+    out: list[_Candidate] = []
+    for pod in pods:
+        d = pod.disruption
+        if d is not None:
+            words = f"pod {pod.name} {DISRUPTION_TARGET} ({d.reason}): {d.message}"
+            if d.reason in _PREEMPTED_DISRUPTIONS:
+                out.append(
+                    _Candidate(
+                        at=d.at,
+                        rank=_RANK_DISRUPTION,
+                        kind=CauseKind.PREEMPTED,
+                        provenance=Provenance.SCHEDULER,
+                        words=words,
+                    )
+                )
+            elif d.reason in _NODE_LOST_DISRUPTIONS:
+                out.append(
+                    _Candidate(
+                        at=d.at,
+                        rank=_RANK_DISRUPTION,
+                        kind=CauseKind.NODE_LOST,
+                        provenance=Provenance.SCHEDULER,
+                        words=words,
+                    )
+                )
+            else:
+                out.append(
+                    _Candidate(
+                        at=d.at,
+                        rank=_RANK_OTHER_DISRUPTION,
+                        kind=CauseKind.UNKNOWN,
+                        provenance=Provenance.SCHEDULER,
+                        words=words,
+                    )
+                )
+        # A pod the taint manager or PodGC did not mark, left unfinished on a lost node.
+        if pod.node and not pod.finished and d is None:
+            node_lost, node_words, since = _node_state(pod.node, nodes)
+            if node_lost:
+                out.append(
+                    _Candidate(
+                        at=since,
+                        rank=_RANK_NODE,
+                        kind=CauseKind.NODE_LOST,
+                        provenance=Provenance.SCHEDULER,
+                        words=f"pod {pod.name} on {node_words}",
+                    )
+                )
+        t = pod.termination
+        if t is not None and not t.deleting:
+            words = f"pod {pod.name} container {t.container} terminated ({t.reason})"
+            if t.exit_code is not None:
+                words += f", exit code {t.exit_code}"
+            if t.message:
+                words += f": {t.message}"
+            if t.reason == "OOMKilled":
+                out.append(
+                    _Candidate(
+                        at=t.at,
+                        rank=_RANK_OOM,
+                        kind=CauseKind.OUT_OF_MEMORY,
+                        provenance=Provenance.SCHEDULER,
+                        words=words,
+                        exit_code=t.exit_code,
+                    )
+                )
+            elif t.exit_code:
+                out.append(
+                    _Candidate(
+                        at=t.at,
+                        rank=_RANK_EXIT,
+                        kind=CauseKind.NON_ZERO_EXIT,
+                        provenance=Provenance.APPLICATION,
+                        words=words,
+                        exit_code=t.exit_code,
+                    )
+                )
+    evicted = kueue_eviction(workload)
+    if evicted is not None:
+        out.append(
+            _Candidate(
+                at=evicted.at,
+                rank=_RANK_KUEUE,
+                kind=evicted.kind,
+                provenance=evicted.provenance,
+                words=evicted.detail,
+            )
+        )
+    for job in jobs:
+        name = (job.get("metadata") or {}).get("name") or ""
+        cond = _true(job, "Failed") or _true(job, "FailureTarget")
+        if cond is not None and cond.get("reason") == "DeadlineExceeded":
+            out.append(
+                _Candidate(
+                    at=parse_time(cond.get("lastTransitionTime")),
+                    rank=_RANK_JOB_DEADLINE,
+                    kind=CauseKind.TIME_LIMIT,
+                    provenance=Provenance.SCHEDULER,
+                    words=_words(f"Job {name}", cond),
+                )
+            )
+    return out
+
+
+def _earliest(candidates: Sequence[_Candidate]) -> _Candidate | None:
+    if not candidates:
+        return None
+    # Evidence without a time sorts after all timed evidence.
+    far = datetime.max.replace(tzinfo=UTC)
+
+    def key(c: _Candidate) -> tuple[datetime, int]:
+        return c.at or far, c.rank
+
+    return min(candidates, key=key)
+
+
+def execution_cause(
+    headline: Sequence[str],
+    pods: Sequence[PodFacts],
+    jobs: Sequence[Mapping[str, Any]],
+    nodes: Mapping[str, NodeFacts],
+    workload: Mapping[str, Any] | None = None,
+    *,
+    at: datetime | None = None,
+    missing: str = "no pod disruption, node loss or failing container termination was seen",
+) -> Cause:
+    """The cause that ended an execution, from its evidence (the table in the module
+    docstring, minus the TrainJob's own conditions).
+
+    Args:
+        headline: the scheduler's words that say it ended (a TrainJob ``Failed`` condition,
+            a JobSet restart), verbatim; they start the detail.
+        pods: the execution's pods (facts).
+        jobs: the execution's child Jobs still known.
+        nodes: the cluster's nodes.
+        workload: the TrainJob's Kueue Workload, if any.
+        at: when it ended, for a cause without timed evidence.
+        missing: what to say when there is no evidence at all.
+
+    Returns:
+        A cause with every word kept; ``unknown`` when nothing maps.
+    """
+    words = [*headline, *job_words(jobs)]
+    chosen = _earliest(_candidates(pods, jobs, nodes, workload))
+    if chosen is None:
+        return Cause(
+            kind=CauseKind.UNKNOWN,
+            provenance=Provenance.SCHEDULER,
+            detail="; ".join([*words, missing]),
+            at=at,
+        )
+    return Cause(
+        kind=chosen.kind,
+        provenance=chosen.provenance,
+        detail="; ".join([*words, chosen.words]),
+        exit_code=chosen.exit_code,
+        at=chosen.at or at,
+    )
+
+
+def terminal_cause(
+    trainjob: Mapping[str, Any],
+    pods: Sequence[PodFacts],
+    jobs: Sequence[Mapping[str, Any]],
+    nodes: Mapping[str, NodeFacts],
+    workload: Mapping[str, Any] | None = None,
+    *,
+    missing: str = "no pod disruption, node loss or failing container termination was seen",
+) -> Cause | None:
+    """The cause of a finished TrainJob (``Complete=True`` or ``Failed=True``, facts B1), or
+    ``None`` when it is not finished.
+
+    ``Complete`` -> ``none``; ``Failed`` with the Trainer's own reasons ``DeadlineExceeded``
+    -> ``time-limit`` and ``TrainingRuntimeNotSupported`` -> ``launch-failed``; any other
+    ``Failed`` reason (the JobSet's: ``FailedJobs``, ``FailJobSetFailurePolicyAction``,
+    ``ReachedMaxRestarts``, or one nobody mapped) -> :func:`execution_cause`.
+    """
+    name = (trainjob.get("metadata") or {}).get("name") or ""
+    complete = _true(trainjob, "Complete")
+    if complete is not None:
+        return Cause(
+            kind=CauseKind.NONE,
+            provenance=Provenance.SCHEDULER,
+            detail=_words(f"TrainJob {name}", complete),
+            at=parse_time(complete.get("lastTransitionTime")),
+        )
+    failed = _true(trainjob, "Failed")
+    if failed is None:
+        return None
+    headline = _words(f"TrainJob {name}", failed)
+    at = parse_time(failed.get("lastTransitionTime"))
+    reason = failed.get("reason")
+    if reason == "DeadlineExceeded":
+        return Cause(
+            kind=CauseKind.TIME_LIMIT, provenance=Provenance.SCHEDULER, detail=headline, at=at
+        )
+    if reason == "TrainingRuntimeNotSupported":
+        return Cause(
+            kind=CauseKind.LAUNCH_FAILED, provenance=Provenance.SCHEDULER, detail=headline, at=at
+        )
+    return execution_cause([headline], pods, jobs, nodes, workload, at=at, missing=missing)

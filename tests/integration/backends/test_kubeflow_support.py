@@ -1,0 +1,218 @@
+"""The kubeflow backend's plug-in for the contract suite, and what its scenario tests share.
+
+Everything talks to the fake API server (TEST DOUBLE, ``tests/fakes/kube_apiserver.py``) over
+HTTP through the real ``kubernetes`` client; the scripted cluster simulator
+(``tests/fakes/kube_controller.py``) plays the Trainer, JobSet, Job, Kueue and kubelet
+controllers in a background thread. This module holds no tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
+from typing import Any, ClassVar
+
+import pytest
+from kubernetes import client as k8s
+
+from dispatch_backends.kubeflow import GateMode, KubeflowBackend, KubeflowSettings
+from dispatch_backends.kubeflow.names import LABEL_JOB
+from dispatch_core.state import JobSpec, ObjectRef, ObservedObject
+from tests.contract.backend_contract import FAIL_EXIT_CODE, BackendHarness, Program
+from tests.fakes.kube_apiserver import PODS, TRAINJOBS, FakeKubeApiServer
+from tests.fakes.kube_controller import ClusterSimulator, train_job_body
+
+__all__ = [
+    "CLUSTER",
+    "NS",
+    "QUEUE",
+    "KubeflowHarness",
+    "container_env",
+    "kube_env",
+]
+
+CLUSTER = "test-kubeflow"
+NS = "team-a"
+QUEUE = "lq"
+IMAGE = "ghcr.io/example/train:1"
+_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+_LABEL_REF = re.compile(r"^metadata\.(labels|annotations)\['([^']+)'\]$")
+
+
+def container_env(pod: Mapping[str, Any], container: int = 0) -> dict[str, str]:
+    """The environment a container of ``pod`` gets, resolved as the kubelet does: downward-API
+    ``fieldRef`` values from the pod, then ``$(VAR)`` references to variables defined before
+    (``$$`` is a literal ``$``; an unresolvable reference stays as written)."""
+    env: dict[str, str] = {}
+    meta = pod.get("metadata") or {}
+    for var in pod["spec"]["containers"][container].get("env") or ():
+        if "valueFrom" in var:
+            path = var["valueFrom"]["fieldRef"]["fieldPath"]
+            match = _LABEL_REF.match(path)
+            if match:
+                value = str((meta.get(match.group(1)) or {}).get(match.group(2), ""))
+            elif path == "spec.nodeName":
+                value = str(pod["spec"].get("nodeName") or "")
+            else:
+                value = str(meta.get(path.removeprefix("metadata."), ""))
+        else:
+
+            def expand(m: re.Match[str], known: Mapping[str, str] = dict(env)) -> str:
+                if m.group(0) == "$$":
+                    return "$"
+                return known.get(m.group(1), m.group(0))
+
+            value = _VAR.sub(expand, str(var.get("value", "")))
+        env[var["name"]] = value
+    return env
+
+
+class KubeflowHarness(BackendHarness):
+    """A :class:`KubeflowBackend` on the fake API server, with the simulator running.
+
+    ``tick`` plays each contract program: a TrainJob whose trainer command is
+    ``("contract", "succeed")`` succeeds once its pods run, ``"fail"`` exits
+    :data:`FAIL_EXIT_CODE`, ``"sleep"`` runs until stopped.
+    """
+
+    settle_timeout_s: ClassVar[float] = 30.0
+    stop_cause: ClassVar[None] = None  # a stopped TrainJob is deleted: it simply disappears
+
+    def __init__(
+        self,
+        server: FakeKubeApiServer,
+        cluster: ClusterSimulator,
+        gate: GateMode = GateMode.KUEUE,
+        **settings: Any,
+    ) -> None:
+        super().__init__()
+        self.server = server
+        self.cluster = cluster
+        self.api = server.api_client()
+        settings.setdefault("namespaces", (NS,))
+        settings.setdefault("queue", QUEUE if gate is GateMode.KUEUE else "")
+        settings.setdefault("watch_timeout_s", 1.0)
+        settings.setdefault("node_loss_window_s", 5.0)
+        self.settings = KubeflowSettings(gate=gate, **settings)
+        self._backend = KubeflowBackend(CLUSTER, self.settings, self.api)
+        self._played: set[str] = set()
+
+    @property
+    def backend(self) -> KubeflowBackend:
+        return self._backend
+
+    def spec(
+        self,
+        program: Program,
+        *,
+        checkpoint: str | None = None,
+        options: Mapping[str, str] | None = None,
+    ) -> JobSpec:
+        return JobSpec(
+            cluster=CLUSTER,
+            command=("contract", program.value),
+            checkpoint=checkpoint,
+            options={"image": IMAGE, "nodes": "2", **(options or {})},
+        )
+
+    def trainjob(self, ref: ObjectRef) -> dict[str, Any] | None:
+        """The TrainJob at ``ref`` in the fake's store (``None`` when gone)."""
+        namespace, _, name = ref.id.partition("/")
+        return self.server.store.find(TRAINJOBS, namespace, name)
+
+    def pods(self, ref: ObjectRef) -> list[dict[str, Any]]:
+        """The pods of ``ref`` in the fake's store."""
+        namespace, _, name = ref.id.partition("/")
+        return self.cluster.pods(namespace, name)
+
+    async def execution_env(self, ref: ObjectRef) -> Mapping[str, str] | None:
+        for pod in self.pods(ref):
+            statuses = pod.get("status", {}).get("containerStatuses") or ()
+            if any("running" in s["state"] or "terminated" in s["state"] for s in statuses):
+                env = container_env(pod)
+                return {k: v for k, v in env.items() if k.startswith("DISPATCH_")}
+        return None
+
+    async def inject_foreign(self, job_id: str) -> None:
+        """What a person might do: create ``dj-<job>`` by hand, labelled for the job (so it is
+        seen) but without submission and attempt."""
+        body = train_job_body(f"dj-{job_id}", labels={LABEL_JOB: job_id}, suspend=True)
+        custom = k8s.CustomObjectsApi(self.api)
+        await asyncio.to_thread(
+            custom.create_namespaced_custom_object, *TRAINJOBS_ARGS[:2], NS, "trainjobs", body
+        )
+
+    def unreachable(self) -> AbstractAsyncContextManager[None]:
+        @contextlib.asynccontextmanager
+        async def outage() -> AsyncIterator[None]:
+            self.server.faults.fail_next(10**6, status=500, watch=False)
+            try:
+                yield
+            finally:
+                self.server.faults.clear()
+
+        return outage()
+
+    async def tick(self) -> None:
+        await asyncio.to_thread(self.play)
+
+    def play(self) -> None:
+        """Carry out the contract programs of TrainJobs whose pods all run."""
+        items, _, _ = self.server.store.list_objects(TRAINJOBS, NS)
+        for tj in items:
+            name = tj["metadata"]["name"]
+            command = (tj["spec"].get("trainer") or {}).get("command") or []
+            if name in self._played or command[:1] != ["contract"]:
+                continue
+            pods = self.cluster.pods(NS, name)
+            want = int(tj["spec"]["trainer"].get("numNodes", 1))
+            running = [p for p in pods if p["status"].get("phase") == "Running"]
+            if len(running) < want or tj["metadata"].get("deletionTimestamp"):
+                continue
+            if command[1] == Program.SUCCEED.value:
+                self._played.add(name)
+                self.cluster.succeed(NS, name)
+            elif command[1] == Program.FAIL.value:
+                self._played.add(name)
+                self.cluster.fail(NS, name, exit_code=FAIL_EXIT_CODE)
+
+    async def cleanup(self) -> None:
+        await self._backend.aclose()
+        self.api.close()
+
+
+TRAINJOBS_ARGS = (TRAINJOBS.group, TRAINJOBS.version)
+
+
+@pytest.fixture
+def kube_env() -> Iterator[tuple[FakeKubeApiServer, ClusterSimulator]]:
+    """A fake API server and a simulator reacting in the background (errors asserted)."""
+    with FakeKubeApiServer() as server:
+        cluster = ClusterSimulator(server.store)
+        cluster.start()
+        try:
+            yield server, cluster
+        finally:
+            cluster.stop()
+            assert not cluster.errors, f"cluster simulator failed: {cluster.errors!r}"
+
+
+async def observed_of(
+    harness: KubeflowHarness, job_id: str, ref: ObjectRef
+) -> ObservedObject | None:
+    """What discovery shows of ``ref`` now (after a tick)."""
+    return await harness.find(job_id, ref)
+
+
+def pod_count(server: FakeKubeApiServer) -> int:
+    """How many pods the fake holds in :data:`NS`."""
+    return len(server.store.list_objects(PODS, NS)[0])
+
+
+def utc(text: str) -> datetime:
+    """Parse a Kubernetes timestamp."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
