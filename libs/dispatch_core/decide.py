@@ -190,10 +190,12 @@ def _hold(job: Job, command: HoldCommand, now: datetime) -> tuple[JobEvent, ...]
 
 
 def _hold_in_force(job: Job, command: Command, then: str) -> Hold:
+    """The hold in force, or a refusal. A committed outcome refuses first, even with a hold
+    still recorded in force: release, resubmit and give-up act on a live job only (seed 000:
+    succeeded, failed and cancelled never change once committed)."""
+    _no_outcome(job, command, then)
     hold = job.hold
     if hold is None:
-        if job.outcome is not None:
-            _no_outcome(job, command, then)
         raise _refuse(job, command, f"no hold is in force; {then}")
     return hold
 

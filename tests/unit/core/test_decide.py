@@ -490,3 +490,31 @@ def test_what_decide_commits_is_a_legal_continuation_of_the_record(
             assert isinstance(e, JobCreated)
             assert e.supersedes == job.job_id
             fold([(1, e)], now)
+
+
+@pytest.mark.parametrize("holder", ["actor", "recovery"])
+def test_give_up_release_and_resubmit_are_refused_once_an_outcome_is_committed(
+    holder: str,
+) -> None:
+    """Seed 000: "succeeded, failed and cancelled never change once committed." A record in
+    which an outcome was committed while a hold was still recorded in force (as an earlier
+    planner could leave it) must not let give-up commit a second outcome, nor release or
+    resubmit run the job again (a regression the planner's random walks found)."""
+    held = _actor_held() if holder == "actor" else _recovery_held()
+    job = _apply(
+        held,
+        OutcomeCommitted(
+            job_id=held.job_id,
+            at=_t(20),
+            state=State.CANCELLED,
+            cause=Cause(kind=CauseKind.CANCELLED, provenance=Provenance.SCHEDULER),
+        ),
+    )
+    assert job.hold is not None
+    assert job.outcome is State.CANCELLED
+    for command in (
+        GiveUp(by=ALICE, reason="r"),
+        Release(by=ALICE, reason="r"),
+        Resubmit(by=ALICE, reason="r"),
+    ):
+        _refused(job, command, "committed and final")
