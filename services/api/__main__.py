@@ -28,7 +28,8 @@ async def _main(cfg: ApiConfig) -> int:
     try:
         await run(cfg, stop)
     except ConfigError as err:
-        log.error("api.config_error", extra={"error": str(err)})
+        # Said plainly on stderr (like a bad variable in main): someone is starting it.
+        print(f"api: {err}", file=sys.stderr)
         return 2
     except Exception:
         log.exception("api.failed")

@@ -597,7 +597,8 @@ class Operations:
         """The id of the job a supersede creates: the one asked for (refused if taken), or
         ``<name>-<suffix>`` (derived from the key with one, else random and untaken)."""
         if req.new_job_id is not None:
-            if await self._records.last_seq(req.new_job_id):
+            # The old job's own id is left to decide, whose refusal says why.
+            if req.new_job_id != job_id and await self._records.last_seq(req.new_job_id):
                 raise RefusedCommand(
                     f"job {req.new_job_id!r} already exists; give another new_job_id"
                 )
