@@ -220,10 +220,13 @@ def _sse(status_json: bytes, seq: int | None) -> bytes:
 
 
 async def _pump(feed: LatestFeed, queue: asyncio.Queue[LatestEntry | None]) -> None:
-    """Move the feed's entries into ``queue``; None when it ends."""
+    """Move the feed's entries into ``queue``; None when it ends (the stream then ends: a
+    client reconnects with ``Last-Event-ID``)."""
     try:
         async for entry in feed:
             await queue.put(entry)
+    except NatsStoreError as err:
+        log.warning("stream.feed_failed", extra={"error": str(err)})
     finally:
         with contextlib.suppress(asyncio.QueueFull):
             queue.put_nowait(None)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import aiohttp
 import msgspec
 import pytest
+from nats.aio.client import Client as NATS
 
 from dispatch_core import Cause, CauseKind, Level, Provenance, State, Status, encode
 from tests.integration.api.support import HUMAN_TOKEN, Api, now
@@ -168,7 +169,11 @@ async def test_the_stream_ends_cleanly_when_the_client_goes_away(api: Api) -> No
 
     await assert_eventually(closed)
     route = {"route": "/v1/jobs/{job}/stream", "method": "GET", "status": "200"}
-    await assert_eventually(lambda: api.metric("dispatch_api_requests_total", route) == 1)
+
+    def counted() -> None:
+        assert api.metric("dispatch_api_requests_total", route) == 1
+
+    await assert_eventually(counted)
     # The API still serves: the stream's end was clean.
     assert (await api.call("GET", f"/v1/jobs/{job_id}")).status == 200
 
@@ -178,3 +183,19 @@ async def test_a_stream_of_an_unknown_job_is_404(api: Api) -> None:
         reply = await api.call("GET", f"/v1/jobs/{job_id}/stream")
         assert reply.status == 404
         assert reply.error["code"] == "not-found"
+
+
+async def test_the_stream_ends_when_nats_goes_away(api: Api, nc: NATS) -> None:
+    job_id = (await api.submit())["job_id"]
+    async with stream(api, job_id) as (response, source):
+        await next_event(source)
+        await nc.close()
+        async with asyncio.timeout(15):
+            async for _ in source:  # heartbeats, then the end
+                pass
+        assert response.content.at_eof()
+
+    def closed() -> None:
+        assert api.metric("dispatch_api_sse_streams") == 0
+
+    await assert_eventually(closed)
