@@ -8,8 +8,9 @@ the watches (:mod:`.watch`) run in threads of their own.
 (label selector ``dispatch.dev/job``), whatever the number of jobs: that is
 ``Snapshot.calls`` (plus the rare housekeeping writes it made). The JobSets, Jobs, pods,
 Workloads (``kueue`` mode) of each namespace and the cluster's nodes come from standing
-list-then-watch streams, one per resource and namespace (pods by ``dispatch.dev/job``, Jobs
-by ``jobset.sigs.k8s.io/jobset-name``), so a poll never reads per job.
+list-then-watch streams, one per resource and namespace (pods and Jobs by the JobSet's own
+label ``jobset.sigs.k8s.io/jobset-name``, so a foreign TrainJob's pods are seen too), so a
+poll never reads per job.
 """
 
 from __future__ import annotations
@@ -445,14 +446,15 @@ class KubeflowBackend:
                 return CessationAnswer(
                     ceased=False, detail=f"pod {facts.name} is still there ({state}){where}"
                 )
-        present = {p.get("metadata", {}).get("uid") for p in pods}
         ran = {p.node for p in seen if p.node} | set(nodes)
         for node in sorted(ran):
             facts_node = index.nodes.get(node)
             if facts_node is not None and facts_node.is_ready:
                 continue
+            # A lost node is cleared only by its own kubelet having reported each pod of the
+            # object there finished (PodGC's Failed on a node that is gone is not that).
             on_node = [p for p in seen if p.node == node]
-            if on_node and all(p.finished and not p.lost for p in on_node if p.uid not in present):
+            if on_node and all(_confirmed_finished(p) for p in on_node):
                 continue
             words = (
                 facts_node.words() if facts_node is not None else f"node {node} no longer exists"
@@ -463,7 +465,10 @@ class KubeflowBackend:
             )
         return CessationAnswer(
             ceased=True,
-            detail=f"no pod of {ref.id} is left and its nodes {sorted(ran)} are Ready",
+            detail=(
+                f"no pod of {ref.id} is left unfinished, and each node it ran on "
+                f"({', '.join(sorted(ran)) or 'none'}) is Ready or reported its pods finished"
+            ),
         )
 
     async def aclose(self) -> None:
@@ -506,7 +511,7 @@ class KubeflowBackend:
                 "pods",
                 namespace,
                 functools.partial(core.list_namespaced_pod, namespace),
-                LABEL_JOB,
+                JOBSET_NAME_LABEL,
                 on_object=functools.partial(self._on_pod, namespace, False),
                 on_deleted=functools.partial(self._on_pod_deleted, namespace),
                 on_relisted=functools.partial(self._on_relisted, namespace),
@@ -920,6 +925,20 @@ class _Index:
         self.jobs: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
         self.workloads: dict[str, Mapping[str, Any]] = {}
         self.nodes: dict[str, NodeFacts] = {}
+
+
+def _confirmed_finished(pod: PodFacts) -> bool:
+    """Whether a kubelet reported ``pod`` finished: phase ``Succeeded``/``Failed`` seen, not
+    lost in a watch gap, and not marked by the controllers that act for a dead node."""
+    disruption = pod.disruption
+    return (
+        pod.finished
+        and not pod.lost
+        and (
+            disruption is None
+            or disruption.reason not in ("DeletionByPodGC", "DeletionByTaintManager")
+        )
+    )
 
 
 def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:

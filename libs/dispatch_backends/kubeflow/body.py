@@ -27,10 +27,10 @@ JobSet restart, R > 0) the exact epoch is ``DISPATCH_EPOCH + DISPATCH_RESTART`` 
 Within one TrainJob the JobSet deletes the old Jobs in the foreground before it recreates
 them (facts B2), so R and R+1 of one object only overlap when pods were force-deleted.
 
-``spec.runtimePatches`` (manager ``dispatch.dev/backend``) adds the pod label
-``dispatch.dev/job`` to the trainer's replicated job (so one pod watch per namespace sees
-exactly dispatch's pods) and, for ``Launch.exclude_nodes``, a required node affinity
-``kubernetes.io/hostname NotIn``.
+For ``Launch.exclude_nodes`` (nodes lost by earlier executions), ``spec.runtimePatches``
+(manager ``dispatch.dev/backend``) gives the trainer's replicated job (setting
+``trainer_job``) a required node affinity ``kubernetes.io/hostname NotIn``; without
+excluded nodes there is no patch.
 """
 
 from __future__ import annotations
@@ -178,8 +178,9 @@ def trainjob_body(launch: Launch, settings: KubeflowSettings, token: str) -> dic
         # admission; should Kueue not manage the TrainJob, it stays held rather than run
         # past a gate nobody enforces.
         "suspend": True,
-        "runtimePatches": [_runtime_patch(launch, settings)],
     }
+    if launch.exclude_nodes:
+        body_spec["runtimePatches"] = [_runtime_patch(launch, settings)]
     if "time" in options:
         try:
             limit = parse_time_limit(options["time"])
@@ -224,9 +225,8 @@ def _env(launch: Launch, name: str, token: str) -> list[dict[str, Any]]:
 
 
 def _runtime_patch(launch: Launch, settings: KubeflowSettings) -> dict[str, Any]:
-    pod_spec: dict[str, Any] = {}
-    if launch.exclude_nodes:
-        pod_spec["affinity"] = {
+    pod_spec: dict[str, Any] = {
+        "affinity": {
             "nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {
                     "nodeSelectorTerms": [
@@ -243,9 +243,7 @@ def _runtime_patch(launch: Launch, settings: KubeflowSettings) -> dict[str, Any]
                 }
             }
         }
-    pod_template: dict[str, Any] = {"metadata": {"labels": {LABEL_JOB: launch.intent.job_id}}}
-    if pod_spec:
-        pod_template["spec"] = pod_spec
+    }
     return {
         "manager": MANAGER,
         "trainingRuntimeSpec": {
@@ -254,7 +252,7 @@ def _runtime_patch(launch: Launch, settings: KubeflowSettings) -> dict[str, Any]
                     "replicatedJobs": [
                         {
                             "name": settings.trainer_job,
-                            "template": {"spec": {"template": pod_template}},
+                            "template": {"spec": {"template": {"spec": pod_spec}}},
                         }
                     ]
                 }

@@ -13,8 +13,9 @@ value) is an annotation.
 * ``dispatch.dev/job``: the job id. Every TrainJob with it is reported, and one whose N/a
   labels are missing or unreadable is *foreign* (seed 002) and never touched.
 * ``dispatch.dev/submission``, ``dispatch.dev/attempt``: N and a, decimal.
-* on the trainer's pods (through ``spec.runtimePatches``): ``dispatch.dev/job``, so one
-  pod watch per namespace selects exactly dispatch's pods.
+
+Pods and Jobs are found by the JobSet's own label ``jobset.sigs.k8s.io/jobset-name`` (the
+JobSet is named like its TrainJob, facts B1), which a foreign TrainJob's pods carry too.
 
 **Annotations**: ``dispatch.dev/name`` (``dj-<job>``), ``dispatch.dev/generation`` (G),
 ``dispatch.dev/token`` (the random part of ``DISPATCH_ATTEMPT``), ``dispatch.dev/gate``

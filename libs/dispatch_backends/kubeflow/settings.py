@@ -71,7 +71,7 @@ class KubeflowSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         image: ``spec.trainer.image`` when ``options`` has none (empty: the runtime's).
         num_nodes: ``spec.trainer.numNodes`` when ``options`` has none.
         trainer_job: the runtime's replicated job that runs the trainer (``node`` in the
-            Trainer's torch runtimes); dispatch's pod labels are patched into it.
+            Trainer's torch runtimes): a launch's ``exclude_nodes`` are patched into it.
         node_loss_window_s: seconds a TrainJob may report running with cause ``node-lost``
             before dispatch fences it (seed 000; 300 matches the default
             ``tolerationSeconds`` of ``node.kubernetes.io/unreachable``, facts B5).

@@ -13,26 +13,50 @@ import contextlib
 import re
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import pytest
 from kubernetes import client as k8s
 
+from dispatch_backends import Snapshot
 from dispatch_backends.kubeflow import GateMode, KubeflowBackend, KubeflowSettings
 from dispatch_backends.kubeflow.names import LABEL_JOB
-from dispatch_core.state import JobSpec, ObjectRef, ObservedObject
+from dispatch_core.commands import Submit
+from dispatch_core.decide import decide
+from dispatch_core.events import (
+    CessationObserved,
+    EscalationDelivered,
+    GateOpened,
+    JobEvent,
+    LaunchRecorded,
+)
+from dispatch_core.job import Job
+from dispatch_core.plan import next_steps
+from dispatch_core.state import (
+    Actor,
+    ActorKind,
+    Discovery,
+    JobSpec,
+    ObjectRef,
+    ObservedObject,
+    RecoveryPolicy,
+)
+from dispatch_core.steps import AskCessation, Deliver, Launch, OpenGate, Pass, Step, Stop
 from tests.contract.backend_contract import FAIL_EXIT_CODE, BackendHarness, Program
-from tests.fakes.kube_apiserver import PODS, TRAINJOBS, FakeKubeApiServer
+from tests.fakes.kube_apiserver import TRAINJOBS, FakeKubeApiServer
 from tests.fakes.kube_controller import ClusterSimulator, train_job_body
+from tests.unit.core.helpers import Record, decisions
 
 __all__ = [
     "CLUSTER",
     "NS",
     "QUEUE",
     "KubeflowHarness",
+    "Supervisor",
     "container_env",
     "kube_env",
+    "simulated",
 ]
 
 CLUSTER = "test-kubeflow"
@@ -143,7 +167,12 @@ class KubeflowHarness(BackendHarness):
         body = train_job_body(f"dj-{job_id}", labels={LABEL_JOB: job_id}, suspend=True)
         custom = k8s.CustomObjectsApi(self.api)
         await asyncio.to_thread(
-            custom.create_namespaced_custom_object, *TRAINJOBS_ARGS[:2], NS, "trainjobs", body
+            custom.create_namespaced_custom_object,
+            TRAINJOBS.group,
+            TRAINJOBS.version,
+            NS,
+            TRAINJOBS.plural,
+            body,
         )
 
     def unreachable(self) -> AbstractAsyncContextManager[None]:
@@ -185,14 +214,12 @@ class KubeflowHarness(BackendHarness):
         self.api.close()
 
 
-TRAINJOBS_ARGS = (TRAINJOBS.group, TRAINJOBS.version)
-
-
-@pytest.fixture
-def kube_env() -> Iterator[tuple[FakeKubeApiServer, ClusterSimulator]]:
-    """A fake API server and a simulator reacting in the background (errors asserted)."""
+@contextlib.contextmanager
+def simulated(**options: Any) -> Iterator[tuple[FakeKubeApiServer, ClusterSimulator]]:
+    """A fake API server and a simulator (``options`` for :class:`ClusterSimulator`) reacting
+    in the background; the simulator's background errors are asserted at the end."""
     with FakeKubeApiServer() as server:
-        cluster = ClusterSimulator(server.store)
+        cluster = ClusterSimulator(server.store, **options)
         cluster.start()
         try:
             yield server, cluster
@@ -201,18 +228,114 @@ def kube_env() -> Iterator[tuple[FakeKubeApiServer, ClusterSimulator]]:
             assert not cluster.errors, f"cluster simulator failed: {cluster.errors!r}"
 
 
-async def observed_of(
-    harness: KubeflowHarness, job_id: str, ref: ObjectRef
-) -> ObservedObject | None:
-    """What discovery shows of ``ref`` now (after a tick)."""
-    return await harness.find(job_id, ref)
+@pytest.fixture
+def kube_env() -> Iterator[tuple[FakeKubeApiServer, ClusterSimulator]]:
+    """:func:`simulated` with the simulator's defaults."""
+    with simulated() as env:
+        yield env
 
 
-def pod_count(server: FakeKubeApiServer) -> int:
-    """How many pods the fake holds in :data:`NS`."""
-    return len(server.store.list_objects(PODS, NS)[0])
+class Supervisor:
+    """A small supervisor over the real planner (``dispatch_core.next_steps``) and the
+    backend: one pass = discover, plan, append the decisions, carry the actions out and
+    append their results (as ``tests/unit/core/helpers.py``'s ``Sim`` does, with the real
+    scheduler in place of a dict)."""
 
+    def __init__(self, harness: KubeflowHarness, job_id: str, spec: JobSpec, *rules: Any) -> None:
+        self.harness = harness
+        self.job_id = job_id
+        self.declarations = harness.backend.declarations()
+        events = decide(
+            None,
+            Submit(
+                by=Actor(name="alice", kind=ActorKind.HUMAN),
+                job_id=job_id,
+                spec=spec,
+                policy=RecoveryPolicy(rules=tuple(rules)),
+                declarations=self.declarations,
+            ),
+            datetime.now(UTC),
+        )
+        self.record = Record(events[0])  # type: ignore[arg-type]
+        self.passes: list[Pass] = []
+        self.snapshot: Snapshot | None = None
 
-def utc(text: str) -> datetime:
-    """Parse a Kubernetes timestamp."""
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    @property
+    def job(self) -> Job:
+        return self.record.job(datetime.now(UTC))
+
+    def current(self) -> ObservedObject | None:
+        """The current submission's object as last discovered."""
+        sub = self.job.submission
+        if self.snapshot is None or sub is None:
+            return None
+        return next(
+            (
+                o
+                for o in self.snapshot.objects.get(self.job_id, ())
+                if o.submission == sub.number and o.alive
+            ),
+            None,
+        )
+
+    async def step(self) -> Pass:
+        """One pass (see the class docstring); returns it."""
+        self.snapshot = await self.harness.discover()
+        discovery = Discovery(
+            cluster=self.snapshot.cluster,
+            job_id=self.job_id,
+            seen_at=self.snapshot.seen_at,
+            objects=self.snapshot.objects.get(self.job_id, ()),
+        )
+        now = datetime.now(UTC)
+        the_pass = next_steps(self.job, discovery, self.declarations, now)
+        self.passes.append(the_pass)
+        self.record.append(decisions(the_pass))
+        results: list[JobEvent] = []
+        backend = self.harness.backend
+        for step in the_pass.steps:
+            match step:
+                case Launch():
+                    ref = await backend.start(step)
+                    self.harness.started.append(ref)
+                    results.append(
+                        LaunchRecorded(
+                            job_id=self.job_id,
+                            at=now,
+                            submission=step.submission,
+                            attempt=step.attempt,
+                            ref=ref,
+                        )
+                    )
+                case OpenGate():
+                    await backend.open_gate(step.ref)
+                    results.append(GateOpened(job_id=self.job_id, at=now, ref=step.ref))
+                case Stop():
+                    if step.intent.emergency:
+                        await backend.emergency_stop(step.ref)
+                    else:
+                        await backend.stop(step.ref)
+                case AskCessation():
+                    answer = await backend.cessation(step.ref, step.nodes)
+                    results.append(
+                        CessationObserved(
+                            job_id=self.job_id,
+                            at=now,
+                            ref=step.ref,
+                            ceased=answer.ceased,
+                            detail=answer.detail,
+                        )
+                    )
+                case Deliver():
+                    results.extend(
+                        EscalationDelivered(job_id=self.job_id, at=now, id=e.id)
+                        for e in step.escalations
+                    )
+                case _:
+                    pass
+        self.record.append(results)
+        return the_pass
+
+    def steps_of(self, the_pass: Pass, kind: type[Step]) -> list[Step]:
+        """The steps of ``the_pass`` of one kind."""
+        return [s for s in the_pass.steps if isinstance(s, kind)]

@@ -1,0 +1,385 @@
+"""One scenario per cause path of the kubeflow backend, through the real ``kubernetes`` client.
+
+The fake API server (TEST DOUBLE) serves HTTP; the cluster simulator's scenario steps write
+what the controllers would (``shared/labs/kubeflow-facts.md``, cited per test). Each test reads
+the cause back through :meth:`KubeflowBackend.discover` and checks the kind and that the
+scheduler's words are kept verbatim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from dispatch_backends.kubeflow import ForeignObjectError, GateMode
+from dispatch_backends.kubeflow.names import ADMISSION_GATED_BY, ANNOTATION_OBSERVED
+from dispatch_backends.kubeflow.observe import decode_observed
+from dispatch_backends.kubeflow.watch import Reflector
+from dispatch_core.state import (
+    CauseKind,
+    GateState,
+    ObjectPhase,
+    ObjectRef,
+    ObservedObject,
+    Provenance,
+)
+from tests.contract.backend_contract import Program, make_launch, new_job_id
+from tests.fakes.kube_apiserver import PODS, TRAINJOBS, FakeKubeApiServer
+from tests.fakes.kube_controller import ClusterSimulator
+from tests.integration.backends.test_kubeflow_support import NS, KubeflowHarness, kube_env
+from tests.util import assert_eventually
+
+__all__ = ["kube_env"]
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def harness(
+    kube_env: tuple[FakeKubeApiServer, ClusterSimulator],
+) -> AsyncIterator[KubeflowHarness]:
+    server, cluster = kube_env
+    h = KubeflowHarness(server, cluster, GateMode.KUEUE)
+    try:
+        yield h
+    finally:
+        await h.cleanup()
+
+
+async def running(harness: KubeflowHarness, job: str, **options: str) -> ObjectRef:
+    """Start a sleeping TrainJob for ``job``, open its gate and wait until it runs."""
+    launch_spec = harness.spec(Program.SLEEP, options=options)
+    ref = await harness.backend.start(make_launch(job, launch_spec))
+    harness.started.append(ref)
+    await harness.backend.open_gate(ref)
+    await harness.wait_phase(job, ref, ObjectPhase.RUNNING)
+    return ref
+
+
+async def step(fn: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+    """Run a simulator scenario step off the event loop."""
+    await asyncio.to_thread(fn, *args, **kwargs)
+
+
+def name_of(ref: ObjectRef) -> str:
+    return ref.id.partition("/")[2]
+
+
+async def ended(harness: KubeflowHarness, job: str, ref: ObjectRef) -> ObservedObject:
+    observed = await harness.wait_phase(job, ref, ObjectPhase.ENDED)
+    assert observed.cause is not None
+    return observed
+
+
+async def test_success_is_cause_none_with_the_jobset_words(harness: KubeflowHarness) -> None:
+    # facts B1: TrainJob Complete copies JobSet Completed / AllJobsCompleted.
+    job = new_job_id()
+    ref = await running(harness, job)
+    await step(harness.cluster.succeed, NS, name_of(ref))
+    observed = await ended(harness, job, ref)
+    assert observed.cause is not None
+    assert observed.cause.kind is CauseKind.NONE
+    assert "TrainJob " + name_of(ref) + " Complete (AllJobsCompleted)" in observed.cause.detail
+
+
+async def test_exit_1_is_non_zero_exit_with_the_code_and_every_word(
+    harness: KubeflowHarness,
+) -> None:
+    # facts B1-B3: the pod exits 1; Job Failed BackoffLimitExceeded; JobSet/TrainJob FailedJobs.
+    job = new_job_id()
+    ref = await running(harness, job)
+    await step(harness.cluster.fail, NS, name_of(ref), exit_code=1, index=1)
+    cause = (await ended(harness, job, ref)).cause
+    assert cause is not None
+    assert (cause.kind, cause.exit_code, cause.provenance) == (
+        CauseKind.NON_ZERO_EXIT,
+        1,
+        Provenance.APPLICATION,
+    )
+    detail = cause.detail
+    assert "Failed (FailedJobs): jobset failed due to one or more job failures" in detail
+    assert "Failed (BackoffLimitExceeded): Job has reached the specified backoff limit" in detail
+    # the pod that failed on its own, not the one the Job controller then killed (143)
+    assert "-node-0-1-" in detail
+    assert "terminated (Error), exit code 1" in detail
+    assert "exit code 143" not in detail
+
+
+async def test_oom_killed_is_out_of_memory(harness: KubeflowHarness) -> None:
+    # facts B3: container terminated reason OOMKilled, exitCode 137.
+    job = new_job_id()
+    ref = await running(harness, job)
+    await step(harness.cluster.oom_kill, NS, name_of(ref))
+    cause = (await ended(harness, job, ref)).cause
+    assert cause is not None
+    assert (cause.kind, cause.exit_code) == (CauseKind.OUT_OF_MEMORY, 137)
+    assert "terminated (OOMKilled), exit code 137" in cause.detail
+
+
+async def test_deadline_is_time_limit(harness: KubeflowHarness) -> None:
+    # facts B1: activeDeadlineSeconds -> Failed DeadlineExceeded, JobSet deleted.
+    job = new_job_id()
+    ref = await running(harness, job, time="0:30")
+    tj = harness.trainjob(ref)
+    assert tj is not None
+    assert tj["spec"]["activeDeadlineSeconds"] == 30
+    await step(harness.cluster.exceed_deadline, NS, name_of(ref))
+    cause = (await ended(harness, job, ref)).cause
+    assert cause is not None
+    assert cause.kind is CauseKind.TIME_LIMIT
+    assert "Failed (DeadlineExceeded): TrainJob exceeded its active deadline" in cause.detail
+
+
+async def test_scheduler_preemption_is_read_from_a_pod_that_is_gone(
+    harness: KubeflowHarness,
+) -> None:
+    # facts B3: DisruptionTarget PreemptionByScheduler; the pod is deleted before the TrainJob
+    # fails, so only the pod watch saw the reason.
+    job = new_job_id()
+    ref = await running(harness, job)
+    await step(harness.cluster.preempt_by_scheduler, NS, name_of(ref))
+    assert all("-node-0-0-" not in p["metadata"]["name"] for p in harness.pods(ref))
+    cause = (await ended(harness, job, ref)).cause
+    assert cause is not None
+    assert cause.kind is CauseKind.PREEMPTED
+    assert (
+        "DisruptionTarget (PreemptionByScheduler): default-scheduler: preempting to accommodate "
+        "a higher priority pod"
+    ) in cause.detail
+    assert "FailedJobs" in cause.detail
+
+
+async def test_kueue_eviction_without_pod_reasons_is_preempted_and_never_readmitted(
+    harness: KubeflowHarness,
+) -> None:
+    # facts B4: Workload Evicted (Preempted) + Preempted (InClusterQueue); the TrainJob is
+    # suspended and its pods go without any pod-level reason.
+    job = new_job_id()
+    ref = await running(harness, job)
+    await step(harness.cluster.kueue_evict, NS, name_of(ref))
+    observed = await ended(harness, job, ref)
+    cause = observed.cause
+    assert cause is not None
+    assert cause.kind is CauseKind.PREEMPTED
+    assert "Evicted (Preempted): Preempted to accommodate a workload" in cause.detail
+    assert "Preempted (InClusterQueue)" in cause.detail
+    assert "DisruptionTarget" not in cause.detail
+    workload = harness.cluster.workload(NS, name_of(ref))
+    assert workload is not None
+    assert workload["spec"]["active"] is False, "the evicted Workload must be deactivated"
+    tj = harness.trainjob(ref)
+    assert tj is not None
+    recorded = decode_observed(tj["metadata"]["annotations"][ANNOTATION_OBSERVED])
+    assert recorded is not None
+    assert recorded.ended == cause
+    assert recorded.evicted
+
+
+async def test_an_unmapped_reason_is_unknown_with_the_words_kept(harness: KubeflowHarness) -> None:
+    # facts B1: the Trainer copies the JobSet's reason and message verbatim; a newer JobSet's
+    # reason nobody mapped is unknown, never a guess.
+    job = new_job_id()
+    ref = await running(harness, job)
+    await step(
+        harness.cluster.fail_with_reason,
+        NS,
+        name_of(ref),
+        reason="GangSchedulingTimeout",
+        message="jobset could not be gang-scheduled within 600s",
+    )
+    cause = (await ended(harness, job, ref)).cause
+    assert cause is not None
+    assert cause.kind is CauseKind.UNKNOWN
+    assert (
+        "Failed (GangSchedulingTimeout): jobset could not be gang-scheduled within 600s"
+        in cause.detail
+    )
+    assert "no pod disruption, node loss or failing container termination was seen" in cause.detail
+
+
+async def test_the_first_end_is_kept_when_the_trainer_revives_the_trainjob(
+    harness: KubeflowHarness,
+) -> None:
+    # facts B1: up to v2.3.0 the Trainer clears Failed when the JobSet goes and re-creates it
+    # (#3779). The first end stays, is persisted on the object, and the revived TrainJob is
+    # suspended; a fresh backend (a restarted observer) reads the same answer.
+    job = new_job_id()
+    ref = await running(harness, job)
+    await step(harness.cluster.fail, NS, name_of(ref), exit_code=2)
+    first = (await ended(harness, job, ref)).cause
+    assert first is not None
+    assert first.exit_code == 2
+    await step(harness.cluster.expire_finished_jobset, NS, name_of(ref))
+
+    async def suspended() -> None:
+        again = await harness.find(job, ref)
+        assert again is not None
+        assert (again.phase, again.cause) == (ObjectPhase.ENDED, first)
+        tj = harness.trainjob(ref)
+        assert tj is not None
+        assert tj["spec"]["suspend"] is True, "the revived TrainJob must be suspended"
+        assert not [p for p in harness.pods(ref) if p["status"].get("phase") == "Running"]
+
+    await assert_eventually(suspended, timeout_s=30)
+    fresh = KubeflowHarness(harness.server, harness.cluster, GateMode.KUEUE)
+    try:
+        observed = await fresh.find(job, ref)
+        assert observed is not None
+        assert (observed.phase, observed.cause) == (ObjectPhase.ENDED, first)
+    finally:
+        await fresh.cleanup()
+
+
+async def test_admin_gate_left_by_someone_else_is_admin_held(
+    harness: KubeflowHarness,
+) -> None:
+    # facts B4: admission-gated-by is set at creation (here a site's webhook adds its own
+    # gate); dispatch removes only its own, and the other keeps the TrainJob held.
+    store = harness.server.store
+
+    def site_gate(op: str, rt: Any, obj: dict[str, Any], old: Any) -> dict[str, Any]:
+        if rt == TRAINJOBS and op == "CREATE":
+            annotations = obj["metadata"].setdefault("annotations", {})
+            gates = annotations.get(ADMISSION_GATED_BY, "")
+            annotations[ADMISSION_GATED_BY] = ",".join(filter(None, [gates, "site.example/audit"]))
+        return obj
+
+    store.mutating_hooks.append(site_gate)
+    job = new_job_id()
+    ref = await harness.start(job, Program.SLEEP)
+
+    def held(observed: ObservedObject) -> None:
+        assert observed.phase is ObjectPhase.PENDING, observed
+        assert observed.gate is GateState.ADMIN_HELD, observed
+        assert observed.cause is not None
+        assert observed.cause.kind is CauseKind.HELD
+        assert observed.cause.provenance is Provenance.SCHEDULER
+        assert "site.example/audit" in observed.cause.detail
+
+    await harness.wait_for(job, ref, held)
+    await harness.backend.open_gate(ref)
+    tj = harness.trainjob(ref)
+    assert tj is not None
+    assert tj["metadata"]["annotations"][ADMISSION_GATED_BY] == "site.example/audit"
+    await harness.wait_for(job, ref, held)
+    await asyncio.sleep(0.5)
+    assert await harness.execution_env(ref) is None, "it ran while someone else's gate held it"
+    store.mutating_hooks.remove(site_gate)
+    # the site lifts its gate (removing is allowed); Kueue admits it
+    await asyncio.to_thread(
+        store.patch,
+        TRAINJOBS,
+        NS,
+        name_of(ref),
+        "json",
+        [{"op": "remove", "path": "/metadata/annotations/kueue.x-k8s.io~1admission-gated-by"}],
+    )
+    observed = await harness.wait_phase(job, ref, ObjectPhase.RUNNING)
+    assert observed.gate is GateState.OPEN
+
+
+async def test_suspend_mode_someone_elses_suspend_is_admin_held(
+    kube_env: tuple[FakeKubeApiServer, ClusterSimulator],
+) -> None:
+    server, cluster = kube_env
+    harness = KubeflowHarness(server, cluster, GateMode.SUSPEND)
+    try:
+        job = new_job_id()
+        ref = await running(harness, job)
+        await asyncio.to_thread(
+            server.store.patch, TRAINJOBS, NS, name_of(ref), "merge", {"spec": {"suspend": True}}
+        )
+        observed = await harness.wait_phase(job, ref, ObjectPhase.PENDING)
+        assert observed.gate is GateState.ADMIN_HELD
+        assert observed.cause is not None
+        assert observed.cause.detail == "spec.suspend: true (dispatch.dev/gate: open)"
+    finally:
+        await harness.cleanup()
+
+
+async def test_a_foreign_trainjob_is_reported_and_never_touched(
+    harness: KubeflowHarness,
+) -> None:
+    job = new_job_id()
+    await harness.inject_foreign(job)
+    ref = ObjectRef(cluster=harness.backend.cluster, id=f"{NS}/dj-{job}")
+    await asyncio.to_thread(
+        harness.server.store.patch,
+        TRAINJOBS,
+        NS,
+        f"dj-{job}",
+        "merge",
+        {"spec": {"suspend": False}},
+    )
+    await harness.wait_phase(job, ref, ObjectPhase.RUNNING)
+    await step(harness.cluster.fail, NS, f"dj-{job}", exit_code=1)
+    observed = await harness.wait_phase(job, ref, ObjectPhase.ENDED)
+    assert observed.foreign
+    assert observed.name == f"dj-{job}"
+    for call in (harness.backend.stop, harness.backend.open_gate, harness.backend.emergency_stop):
+        with pytest.raises(ForeignObjectError):
+            await call(ref)
+    tj = harness.trainjob(ref)
+    assert tj is not None, "a foreign TrainJob must never be deleted"
+    assert ANNOTATION_OBSERVED not in (tj["metadata"].get("annotations") or {})
+    writes = [
+        r
+        for r in harness.server.requests
+        if r.method in ("PATCH", "PUT", "DELETE") and f"dj-{job}" in r.path
+    ]
+    assert writes == [], f"dispatch wrote to a foreign TrainJob: {writes}"
+
+
+async def test_a_watch_dropped_mid_stream_loses_no_evidence(harness: KubeflowHarness) -> None:
+    job = new_job_id()
+    ref = await running(harness, job)
+    pods_reflector: Reflector = harness.backend._reflectors[("pods", NS)]
+    lists_before = pods_reflector.lists
+    # the next pod watch is cut abruptly after one event; the one open now is cut too
+    harness.server.faults.drop_next_watch(after_events=1, abrupt=True, resource=PODS)
+    harness.server.drop_watches(abrupt=True, resource=PODS)
+    await step(harness.cluster.preempt_by_scheduler, NS, name_of(ref))
+    cause = (await ended(harness, job, ref)).cause
+    assert cause is not None
+    assert cause.kind is CauseKind.PREEMPTED
+    assert pods_reflector.lists == lists_before, "a dropped watch resumes; it must not relist"
+
+
+async def test_a_410_relists_and_the_backend_goes_on(harness: KubeflowHarness) -> None:
+    job = new_job_id()
+    ref = await running(harness, job)
+    pods_reflector: Reflector = harness.backend._reflectors[("pods", NS)]
+    lists_before = pods_reflector.lists
+    harness.server.expire_watch_cache(PODS)
+    harness.server.drop_watches(resource=PODS)
+
+    def relisted() -> None:
+        assert pods_reflector.lists > lists_before
+
+    await assert_eventually(relisted, timeout_s=10)
+    await step(harness.cluster.oom_kill, NS, name_of(ref))
+    cause = (await ended(harness, job, ref)).cause
+    assert cause is not None
+    assert cause.kind is CauseKind.OUT_OF_MEMORY
+
+
+async def test_evidence_lost_in_a_410_gap_is_unknown_never_a_guess(
+    harness: KubeflowHarness,
+) -> None:
+    # The pod watch can't reconnect while the preempted pod comes and goes, and by then its
+    # resourceVersion has expired: the relist no longer shows the pod, so its reason was never
+    # seen. The cause is unknown, saying so, not non-zero-exit (143) nor a guessed preemption.
+    job = new_job_id()
+    ref = await running(harness, job)
+    harness.server.faults.fail_next(3, status=500, path_contains="/pods", watch=True)
+    harness.server.drop_watches(resource=PODS)
+    await step(harness.cluster.preempt_by_scheduler, NS, name_of(ref))
+    harness.server.expire_watch_cache(PODS)
+    cause = (await ended(harness, job, ref)).cause
+    assert cause is not None
+    assert cause.kind is CauseKind.UNKNOWN, cause
+    assert "FailedJobs" in cause.detail
+    assert "expired (410)" in cause.detail
