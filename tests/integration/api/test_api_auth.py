@@ -106,6 +106,7 @@ def test_tokens_file_in_json_with_hashed_and_clear_tokens(tmp_path: Path) -> Non
         ),
         ("{", "tokens file"),
     ],
+    ids=["neither", "both", "short-digest", "bad-kind", "unknown-field", "twice", "not-json"],
 )
 def test_a_bad_tokens_file_is_a_config_error(tmp_path: Path, text: str, words: str) -> None:
     path = tmp_path / "tokens.json"
