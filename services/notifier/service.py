@@ -1,0 +1,736 @@
+"""The notifier: deliver every escalation committed to a record, and record the delivery.
+
+How work is shared: one durable pull consumer on the record stream (``NOTIFIER_DURABLE``),
+shared by every replica, so each record event goes to one replica at a time. Events other
+than ``escalation.committed`` are acked at once. The event that committed an escalation is
+that escalation's unit of work: it stays unacked until the delivery is recorded, so
+
+* two replicas never deliver the same escalation at once (only one holds its message; a
+  long attempt extends the ack wait with ``in_progress``);
+* a failed delivery is ``nak``'ed with a backoff delay (exponential, capped, with injected
+  jitter; the server's delivery count is the attempt number), and JetStream hands it again
+  to whichever replica is up, forever: nothing is lost while a channel is down;
+* a replica that dies mid-delivery loses the message to another after ``ack_wait_s`` (on
+  SIGTERM it ``nak``s what it holds, so the wait is skipped);
+* catch-up at start-up is the consumer's own: it resumes where the group left off, so every
+  escalation not yet recorded as delivered comes back (a new consumer starts at the
+  stream's first event, so a first start delivers every undelivered escalation ever
+  committed). At start-up, and every ``audit_interval_s``, every job's record is scanned to
+  report undelivered escalations in ``/metrics`` (and the count in the log).
+
+Delivering one escalation: fold the job's record; if the record shows it delivered, stop
+(whoever delivered it). Otherwise send it to every channel its route names (channels that
+already accepted it, in this process, are not sent to again), and once all have accepted,
+append ``EscalationDelivered(id, channel=<names, comma-separated>)`` with optimistic
+concurrency and msg-id ``delivered:<job>:<id>``. A lost race re-reads the record: if another
+writer recorded the delivery meanwhile, nothing more is appended; otherwise the fact is
+appended again on the new last seq (a fact stays true whatever was appended meanwhile).
+
+Delivery is at least once: a crash between a channel accepting and the record showing it
+delivered sends it again. Every notice carries ``<job>:<id>`` as its idempotency key so a
+receiver can drop such a copy; once the record shows it delivered, it is never sent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final
+
+import aiohttp
+import nats.errors
+from nats.aio.client import Client as NATS
+from prometheus_client import CollectorRegistry
+
+from dispatch_core import (
+    DecodeError,
+    DispatchError,
+    Escalation,
+    EscalationCommitted,
+    EscalationDelivered,
+    Job,
+    decode_event,
+    encode,
+    fold,
+)
+from dispatch_nats import (
+    AppendOutcomeUnknown,
+    ConcurrencyConflict,
+    Delivery,
+    Layout,
+    NatsStoreError,
+    RecordStore,
+    SharedFeed,
+    ensure_streams,
+)
+from services.common.http import health_app, start_http
+from services.common.logs import JobLogger
+from services.notifier.backoff import Backoff
+from services.notifier.channels import Channel, Notice, build_channel
+from services.notifier.config import NotifierConfig, Setup, build_setup, load_routes_file
+from services.notifier.errors import ChannelError, RecordingFailed
+from services.notifier.metrics import NotifierMetrics
+from services.notifier.routing import Router
+
+__all__ = ["Notifier", "Undelivered", "delivered_msg_id", "run"]
+
+log = logging.getLogger("dispatch.notifier")
+
+Clock = Callable[[], datetime]
+Jitter = Callable[[], float]
+
+_RECORD_TRIES: Final = 20  # appends of one delivery fact before giving up for this attempt
+_MISSING_RETRY_S: Final = 0.5  # the escalation isn't in the record read yet (a lagging replica)
+_RECONNECT_S: Final = 1.0  # pause before re-creating the consumer after a store error
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def delivered_msg_id(job_id: str, esc_id: str) -> str:
+    """The ``Nats-Msg-Id`` of the fact that the escalation was delivered."""
+    return f"delivered:{job_id}:{esc_id}"
+
+
+async def _wait(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds`` or until ``stop`` is set."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+class Undelivered:
+    """Escalations committed and not yet delivered, over every job, read from the records.
+
+    ``refresh`` reads only what was appended since the last one (per-subject counts say
+    which jobs changed). It only reports: the shared consumer, not this scan, delivers.
+    """
+
+    def __init__(self, store: RecordStore, clock: Clock) -> None:
+        """Scan the records of ``store``; ages are measured with ``clock``."""
+        self._store = store
+        self._clock = clock
+        self._read: dict[str, tuple[int, int]] = {}  # job -> (events read, last seq read)
+        self._open: dict[tuple[str, str], datetime] = {}  # (job, id) -> committed at
+        self._bad: set[str] = set()
+
+    async def refresh(self) -> None:
+        """Read every job's new events and update the undelivered set.
+
+        Raises:
+            NatsStoreError: the store didn't answer (the next refresh tries again).
+        """
+        counts = await self._store.job_event_counts()
+        for job_id, count in counts.items():
+            seen, last = self._read.get(job_id, (0, 0))
+            if count == seen:
+                continue
+            entries = await self._store.read(job_id, after_seq=last)
+            for entry in entries:
+                try:
+                    event = decode_event(entry.payload)
+                except DecodeError as err:
+                    if job_id not in self._bad:
+                        self._bad.add(job_id)
+                        log.error(
+                            "audit.undecodable",
+                            extra={"job_id": job_id, "seq": entry.seq, "error": str(err)},
+                        )
+                    continue
+                match event:
+                    case EscalationCommitted():
+                        self._open[(job_id, event.id)] = event.at
+                    case EscalationDelivered():
+                        self._open.pop((job_id, event.id), None)
+                    case _:
+                        pass
+            if entries:
+                self._read[job_id] = (seen + len(entries), entries[-1].seq)
+
+    def delivered(self, job_id: str, esc_id: str) -> None:
+        """Forget an escalation the notifier saw delivered (before the next refresh does)."""
+        self._open.pop((job_id, esc_id), None)
+
+    def count(self) -> float:
+        """How many escalations are undelivered."""
+        return float(len(self._open))
+
+    def oldest_age_s(self) -> float:
+        """Seconds since the oldest undelivered escalation was committed (0 if none)."""
+        if not self._open:
+            return 0.0
+        return max(0.0, (self._clock() - min(self._open.values())).total_seconds())
+
+
+class Notifier:
+    """Delivers escalations from the shared consumer's messages (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        cfg: NotifierConfig,
+        nc: NATS,
+        store: RecordStore,
+        channels: Mapping[str, Channel],
+        router: Router,
+        metrics: NotifierMetrics,
+        undelivered: Undelivered,
+        jitter: Jitter,
+        clock: Clock,
+    ) -> None:
+        """Wire the notifier; :meth:`consume` runs it.
+
+        Args:
+            cfg: the configuration (consumer, retry and link settings).
+            nc: the connection the shared consumer uses (the store's).
+            store: the record store.
+            channels: every channel a route may name, by name.
+            router: which channels each escalation goes to.
+            metrics: where to count.
+            undelivered: the undelivered-escalations report, told of deliveries.
+            jitter: returns a number in ``[0, 1)`` for each backoff (a seeded source in tests).
+            clock: the time of delivery facts.
+        """
+        self._cfg = cfg
+        self._nc = nc
+        self._store = store
+        self._channels = channels
+        self._router = router
+        self._metrics = metrics
+        self._undelivered = undelivered
+        self._backoff = Backoff(
+            base_s=cfg.retry_base_s, max_s=cfg.retry_max_s, jitter=cfg.retry_jitter
+        )
+        self._jitter = jitter
+        self._clock = clock
+        # Channels that accepted an escalation whose delivery isn't recorded yet: a retry
+        # sends only to the others. Lost on restart (then they get it again: at least once).
+        self._accepted: dict[tuple[str, str], set[str]] = {}
+
+    # ------------------------------------------------------------ loops
+
+    async def consume(self, stop: asyncio.Event, ready: asyncio.Event) -> None:
+        """Take record events from the shared consumer until ``stop`` is set.
+
+        A store error (the consumer deleted, the connection lost for good) re-creates the
+        consumer after a pause, while deliveries in flight go on; ``ready`` is set once the
+        consumer is bound. Once ``stop`` is set, deliveries in flight get
+        ``shutdown_grace_s`` to finish; the rest are cancelled (and handed back).
+        """
+        slots = asyncio.Semaphore(self._cfg.concurrency)
+        handlers: set[asyncio.Task[None]] = set()
+        graceful = False
+        try:
+            while not stop.is_set():
+                feed = self._store_feed()
+                try:
+                    await feed.start()
+                except NatsStoreError as err:
+                    self._metrics.errors.labels("store").inc()
+                    log.warning("consumer.start_failed", extra={"error": str(err)})
+                    await _wait(stop, _RECONNECT_S)
+                    continue
+                ready.set()
+                log.info(
+                    "consumer.started",
+                    extra={
+                        "durable": self._cfg.durable,
+                        "stream": self._store.layout.record_stream,
+                    },
+                )
+                try:
+                    await self._drive(feed, stop, slots, handlers)
+                except NatsStoreError as err:
+                    self._metrics.errors.labels("store").inc()
+                    log.exception("consumer.failed", extra={"error": str(err)})
+                    await _wait(stop, _RECONNECT_S)
+                finally:
+                    await feed.aclose()
+            graceful = True
+        finally:
+            if handlers and graceful:
+                await asyncio.wait(set(handlers), timeout=self._cfg.shutdown_grace_s)
+            for task in list(handlers):
+                task.cancel()
+            if handlers:
+                await asyncio.gather(*handlers, return_exceptions=True)
+
+    async def audit(self, stop: asyncio.Event) -> None:
+        """Refresh the undelivered report now and every ``audit_interval_s`` until ``stop``."""
+        first = True
+        while not stop.is_set():
+            try:
+                await self._undelivered.refresh()
+            except NatsStoreError as err:
+                self._metrics.errors.labels("store").inc()
+                log.warning("audit.failed", extra={"error": str(err)})
+            else:
+                if first:
+                    first = False
+                    log.info(
+                        "notifier.catch_up",
+                        extra={
+                            "undelivered": int(self._undelivered.count()),
+                            "oldest_age_s": round(self._undelivered.oldest_age_s(), 3),
+                        },
+                    )
+            await _wait(stop, self._cfg.audit_interval_s)
+
+    def _store_feed(self) -> SharedFeed:
+        layout = self._store.layout
+        return SharedFeed(
+            self._nc,
+            stream=layout.record_stream,
+            durable=self._cfg.durable,
+            filter_subject=layout.record_filter,
+            job_of=layout.job_id_from_record_subject,
+            api_prefix=layout.api_prefix,
+            ack_wait_s=self._cfg.ack_wait_s,
+            max_ack_pending=self._cfg.max_ack_pending,
+            batch=self._cfg.fetch_batch,
+            headers_only=False,  # the payload says whether it is an escalation: no read
+            from_start=True,
+        )
+
+    async def _drive(
+        self,
+        feed: SharedFeed,
+        stop: asyncio.Event,
+        slots: asyncio.Semaphore,
+        handlers: set[asyncio.Task[None]],
+    ) -> None:
+        """Triage each message and start a handler for each escalation (at most ``slots`` at
+        once, kept in ``handlers``) until the feed closes, which ``stop`` makes it do."""
+
+        async def close_on_stop() -> None:
+            await stop.wait()
+            await feed.aclose()
+
+        closer = asyncio.create_task(close_on_stop())
+        try:
+            async for d in feed:
+                event = await self._triage(d)
+                if event is None:
+                    continue
+                await slots.acquire()
+                if stop.is_set():
+                    slots.release()
+                    await self._nak(d, None)
+                    continue
+                task = asyncio.create_task(self._handle(d, event, slots))
+                handlers.add(task)
+                task.add_done_callback(handlers.discard)
+        finally:
+            closer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await closer
+
+    # ------------------------------------------------------------ one message
+
+    async def _triage(self, d: Delivery) -> EscalationCommitted | None:
+        """Ack what isn't an escalation; return the escalation a message committed."""
+        try:
+            event = decode_event(d.payload)
+        except DecodeError as err:
+            self._metrics.errors.labels("undecodable").inc()
+            log.error(
+                "record.undecodable", extra={"job_id": d.job_id, "seq": d.seq, "error": str(err)}
+            )
+            await d.term()
+            return None
+        if isinstance(event, EscalationCommitted):
+            return event
+        await d.ack()
+        return None
+
+    async def _handle(
+        self, d: Delivery, event: EscalationCommitted, slots: asyncio.Semaphore
+    ) -> None:
+        """Deliver the escalation ``d`` committed; ack when recorded, nak to retry.
+
+        The message loop's boundary: every error is logged, counted, and turned into a nak
+        with a delay, so nothing is lost.
+        """
+        jlog = JobLogger(log, {"job_id": d.job_id, "escalation": event.id, "seq": d.seq})
+        try:
+            async with self._keepalive(d):
+                delay = await self.deliver(d.job_id, event.id, attempt=d.num_delivered, jlog=jlog)
+        except asyncio.CancelledError:
+            await self._nak(d, None)  # shutting down: let another replica have it now
+            raise
+        except DispatchError as err:
+            # The record can't be folded: a bug, or events of a newer build (a rolling
+            # upgrade). Not terminated: a fixed or newer replica delivers it later.
+            self._metrics.errors.labels("malformed-record").inc()
+            delay = self._backoff.max_s
+            jlog.error("record.malformed", extra={"error": str(err), "retry_in_s": delay})
+        except (NatsStoreError, RecordingFailed) as err:
+            self._metrics.errors.labels("store").inc()
+            delay = self._backoff.delay(d.num_delivered, self._jitter())
+            jlog.warning("escalation.store_error", extra={"error": str(err), "retry_in_s": delay})
+        except Exception:
+            self._metrics.errors.labels("bug").inc()
+            delay = self._backoff.delay(d.num_delivered, self._jitter())
+            jlog.exception("escalation.unexpected_error", extra={"retry_in_s": delay})
+        finally:
+            slots.release()
+        if delay is None:
+            await self._ack(d, jlog)
+        else:
+            await self._nak(d, delay)
+
+    async def _nak(self, d: Delivery, delay_s: float | None) -> None:
+        try:
+            await d.nak(delay_s)
+        except NatsStoreError as err:  # it will come back after ack_wait anyway
+            log.warning("consumer.nak_failed", extra={"job_id": d.job_id, "error": str(err)})
+
+    async def _ack(self, d: Delivery, jlog: JobLogger) -> None:
+        try:
+            await d.ack()
+        except NatsStoreError as err:  # handled again after ack_wait: already delivered
+            jlog.warning("consumer.ack_failed", extra={"error": str(err)})
+
+    @contextlib.asynccontextmanager
+    async def _keepalive(self, d: Delivery) -> AsyncIterator[None]:
+        """Tell JetStream the message is still being worked on, every third of ack_wait."""
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(self._cfg.ack_wait_s / 3)
+                with contextlib.suppress(NatsStoreError):
+                    await d.in_progress()
+
+        task = asyncio.create_task(beat())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # ------------------------------------------------------------ one escalation
+
+    async def deliver(
+        self, job_id: str, esc_id: str, *, attempt: int, jlog: logging.LoggerAdapter[logging.Logger]
+    ) -> float | None:
+        """Deliver one escalation unless the record shows it delivered; record the delivery.
+
+        Args:
+            job_id: the job.
+            esc_id: the escalation's id.
+            attempt: how many times this escalation's message was handed out (1 the first).
+            jlog: a logger bound to the job and escalation.
+
+        Returns:
+            None when done (delivered and recorded, or found delivered), else the seconds to
+            wait before trying again.
+
+        Raises:
+            DispatchError: the record can't be folded.
+            NatsStoreError: reading failed.
+            RecordingFailed: delivered, but the delivery couldn't be recorded.
+        """
+        job = await self._fold(job_id)
+        esc = _find(job, esc_id)
+        key = (job_id, esc_id)
+        if esc is None:
+            jlog.warning("escalation.not_in_record", extra={"record_seq": job.seq})
+            return _MISSING_RETRY_S
+        if esc.delivered is not None:
+            self._done(key)
+            jlog.info("escalation.already_delivered", extra={"delivered": esc.delivered})
+            return None
+        names = self._router.channels_for(esc.id)
+        notice = self._notice(job_id, esc)
+        accepted = self._accepted.setdefault(key, set())
+        pending = [n for n in names if n not in accepted]
+        results = await asyncio.gather(*(self._attempt(n, notice, jlog) for n in pending))
+        failures: list[ChannelError] = []
+        for name, failure in zip(pending, results, strict=True):
+            if failure is None:
+                accepted.add(name)
+            else:
+                failures.append(failure)
+        if failures:
+            delay = self._backoff.delay(attempt, self._jitter())
+            asked = max((f.retry_after_s or 0.0 for f in failures), default=0.0)
+            delay = min(max(delay, asked), self._backoff.max_s)
+            self._metrics.retries.inc()
+            jlog.warning(
+                "escalation.retry",
+                extra={
+                    "attempt": attempt,
+                    "retry_in_s": round(delay, 3),
+                    "failing": [f.channel for f in failures],
+                    "accepted": sorted(accepted),
+                },
+            )
+            return delay
+        by = await self._record(job, esc.id, ",".join(names), jlog)
+        self._done(key)
+        jlog.info("escalation.delivered", extra={"channels": list(names), "recorded_by": by})
+        return None
+
+    def _done(self, key: tuple[str, str]) -> None:
+        self._accepted.pop(key, None)
+        self._undelivered.delivered(*key)
+
+    def _notice(self, job_id: str, esc: Escalation) -> Notice:
+        link = f"{self._cfg.api_url.rstrip('/')}/v1/jobs/{job_id}" if self._cfg.api_url else None
+        return Notice(
+            job_id=job_id,
+            id=esc.id,
+            detail=esc.detail,
+            at=esc.at,
+            severity=self._router.severity_of(esc.id),
+            link=link,
+        )
+
+    async def _attempt(
+        self, name: str, notice: Notice, jlog: logging.LoggerAdapter[logging.Logger]
+    ) -> ChannelError | None:
+        """Send ``notice`` on one channel; return the error, or None if it was accepted."""
+        channel = self._channels[name]
+        started = time.monotonic()
+        try:
+            await channel.send(notice)
+        except ChannelError as err:
+            failure = err
+        except Exception as err:  # a plugged-in channel's bug must not stop the others
+            jlog.exception("channel.unexpected_error", extra={"channel": name})
+            failure = ChannelError(name, f"unexpected error: {err!r}")
+        else:
+            self._metrics.channel_result(name, "accepted", time.monotonic() - started)
+            jlog.debug("channel.accepted", extra={"channel": name})
+            return None
+        self._metrics.channel_result(name, failure.outcome, time.monotonic() - started)
+        level = logging.ERROR if failure.outcome == "rejected" else logging.WARNING
+        jlog.log(
+            level,
+            "channel.failed",
+            extra={"channel": name, "outcome": failure.outcome, "error": failure.reason},
+        )
+        return failure
+
+    async def _record(
+        self, job: Job, esc_id: str, channel: str, jlog: logging.LoggerAdapter[logging.Logger]
+    ) -> str:
+        """Append ``EscalationDelivered``; return who recorded it (``self`` or ``other``).
+
+        Raises:
+            RecordingFailed: every try lost a race or got no answer.
+            NatsStoreError: a non-retryable store error.
+        """
+        msg_id = delivered_msg_id(job.job_id, esc_id)
+        current = job
+        for _ in range(_RECORD_TRIES):
+            event = EscalationDelivered(
+                job_id=job.job_id, at=self._clock(), id=esc_id, channel=channel
+            )
+            try:
+                seq = await self._store.append(
+                    job.job_id, encode(event), expected_last_seq=current.seq, msg_id=msg_id
+                )
+            except ConcurrencyConflict:
+                current = await self._fold(job.job_id, prior=current)
+                esc = _find(current, esc_id)
+                if esc is not None and esc.delivered is not None:
+                    self._metrics.recorded.labels("other").inc()
+                    return "other"
+                continue
+            except AppendOutcomeUnknown as err:
+                jlog.warning("escalation.record_unknown", extra={"error": str(err)})
+                continue  # the same msg id and expected seq: stored at most once
+            self._metrics.recorded.labels("self").inc()
+            jlog.debug("escalation.recorded", extra={"record_seq": seq})
+            return "self"
+        raise RecordingFailed(job.job_id, esc_id, _RECORD_TRIES)
+
+    async def _fold(self, job_id: str, prior: Job | None = None) -> Job:
+        """Read the job's record (after ``prior``) and fold it.
+
+        Raises:
+            DispatchError: an event can't be decoded or the record can't be folded.
+            NatsStoreError: the read failed.
+        """
+        entries = await self._store.read(job_id, after_seq=prior.seq if prior else 0)
+        events = [(e.seq, decode_event(e.payload)) for e in entries]
+        if prior is not None:
+            return fold(events, self._clock(), prior=prior) if events else prior
+        return fold(events, self._clock())
+
+
+def _find(job: Job, esc_id: str) -> Escalation | None:
+    for esc in job.escalations:
+        if esc.id == esc_id:
+            return esc
+    return None
+
+
+async def _connect(cfg: NotifierConfig, stop: asyncio.Event) -> NATS | None:
+    """Connect to NATS, trying until it answers or ``stop`` is set (then return None)."""
+
+    async def error_cb(err: Exception) -> None:
+        log.warning("nats.error", extra={"error": repr(err)})
+
+    async def disconnected_cb() -> None:
+        log.warning("nats.disconnected")
+
+    async def reconnected_cb() -> None:
+        log.info("nats.reconnected")
+
+    nc = NATS()
+    connecting = asyncio.create_task(
+        nc.connect(
+            cfg.nats_url,
+            name="dispatch-notifier",
+            max_reconnect_attempts=-1,  # initial connect included: keeps trying
+            reconnect_time_wait=1,
+            connect_timeout=2,
+            error_cb=error_cb,
+            disconnected_cb=disconnected_cb,
+            reconnected_cb=reconnected_cb,
+        )
+    )
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if not connecting.done():
+        connecting.cancel()
+        with contextlib.suppress(asyncio.CancelledError, nats.errors.Error, OSError):
+            await connecting
+        with contextlib.suppress(nats.errors.Error, OSError):
+            await nc.close()
+        return None
+    connecting.result()
+    return nc
+
+
+async def _drain(nc: NATS) -> None:
+    with contextlib.suppress(nats.errors.Error, OSError, TimeoutError):
+        await nc.drain()
+
+
+async def _ensure_streams(
+    nc: NATS, cfg: NotifierConfig, layout: Layout, stop: asyncio.Event
+) -> bool:
+    """Create or check the contract's streams, retrying while JetStream doesn't answer.
+
+    Returns:
+        False if ``stop`` was set first.
+
+    Raises:
+        StreamConfigConflict: the streams contradict the contract (a deployment error).
+    """
+    delay = 0.2
+    while not stop.is_set():
+        try:
+            await ensure_streams(nc, cfg.stream_replicas, layout=layout)
+            return True
+        except NatsStoreError as err:
+            if not err.retryable:
+                raise
+            log.warning("streams.unavailable", extra={"error": str(err), "retry_in_s": delay})
+            await _wait(stop, delay)
+            delay = min(delay * 2, 5.0)
+    return False
+
+
+async def run(
+    cfg: NotifierConfig,
+    stop: asyncio.Event,
+    *,
+    registry: CollectorRegistry | None = None,
+    jitter: Jitter | None = None,
+    clock: Clock = _utcnow,
+    plugins: Mapping[str, Channel] | None = None,
+    ready: asyncio.Event | None = None,
+) -> None:
+    """Run the notifier until ``stop`` is set.
+
+    Args:
+        cfg: the configuration.
+        stop: set it to shut down (in-flight deliveries get ``shutdown_grace_s``).
+        registry: the Prometheus registry (a fresh one by default).
+        jitter: the backoff's randomness, numbers in ``[0, 1)`` (a private
+            ``random.Random`` by default).
+        clock: the time of delivery facts and ages.
+        plugins: more channels by name (any :class:`Channel`); routes may name them.
+        ready: set once NATS, the streams and the consumer are up (``/healthz`` says 200).
+
+    Raises:
+        ConfigError: the routes file or the routes are invalid.
+        StreamConfigConflict: the streams contradict the contract.
+    """
+    registry = registry if registry is not None else CollectorRegistry()
+    jitter = jitter if jitter is not None else random.Random().random
+    ready = ready if ready is not None else asyncio.Event()
+    plugins = dict(plugins or {})
+    routes_file = None
+    if cfg.routes_file:
+        routes_file = await asyncio.to_thread(load_routes_file, Path(cfg.routes_file))
+    setup = build_setup(cfg, routes_file, plugins=plugins.keys())
+    layout = Layout(namespace=cfg.namespace)
+    async with contextlib.AsyncExitStack() as stack:
+        runner, port = await start_http(
+            health_app(registry, ready, service="notifier"), cfg.http_host, cfg.http_port
+        )
+        stack.push_async_callback(runner.cleanup)
+        log.info("http.listening", extra={"host": cfg.http_host, "port": port})
+        nc = await _connect(cfg, stop)
+        if nc is None:
+            return
+        stack.push_async_callback(_drain, nc)
+        if not await _ensure_streams(nc, cfg, layout, stop):
+            return
+        store = RecordStore(nc, layout=layout)
+        stack.push_async_callback(store.aclose)
+        session = aiohttp.ClientSession()
+        stack.push_async_callback(session.close)
+        channels = _channels(setup, session, plugins)
+        undelivered = Undelivered(store, clock)
+        metrics = NotifierMetrics(
+            registry, undelivered=undelivered.count, oldest_age_s=undelivered.oldest_age_s
+        )
+        notifier = Notifier(
+            cfg=cfg,
+            nc=nc,
+            store=store,
+            channels=channels,
+            router=setup.router,
+            metrics=metrics,
+            undelivered=undelivered,
+            jitter=jitter,
+            clock=clock,
+        )
+        log.info(
+            "notifier.started",
+            extra={
+                "channels": sorted(channels),
+                "default": list(setup.router.default),
+                "routes": [r.describe() for r in setup.router.routes],
+            },
+        )
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(notifier.consume(stop, ready))
+            tg.create_task(notifier.audit(stop))
+        log.info("notifier.stopped")
+
+
+def _channels(
+    setup: Setup, session: aiohttp.ClientSession, plugins: Mapping[str, Channel]
+) -> dict[str, Channel]:
+    channels: dict[str, Channel] = {
+        name: build_channel(name, spec, session) for name, spec in setup.channels.items()
+    }
+    channels.update(plugins)
+    return channels
