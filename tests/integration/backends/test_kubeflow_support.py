@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
@@ -47,6 +46,7 @@ from tests.contract.backend_contract import FAIL_EXIT_CODE, BackendHarness, Prog
 from tests.fakes.kube_apiserver import TRAINJOBS, FakeKubeApiServer
 from tests.fakes.kube_controller import ClusterSimulator, train_job_body
 from tests.unit.core.helpers import Record, decisions
+from tests.unit.kubeflow.records import container_env
 
 __all__ = [
     "CLUSTER",
@@ -63,36 +63,6 @@ CLUSTER = "test-kubeflow"
 NS = "team-a"
 QUEUE = "lq"
 IMAGE = "ghcr.io/example/train:1"
-_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
-_LABEL_REF = re.compile(r"^metadata\.(labels|annotations)\['([^']+)'\]$")
-
-
-def container_env(pod: Mapping[str, Any], container: int = 0) -> dict[str, str]:
-    """The environment a container of ``pod`` gets, resolved as the kubelet does: downward-API
-    ``fieldRef`` values from the pod, then ``$(VAR)`` references to variables defined before
-    (``$$`` is a literal ``$``; an unresolvable reference stays as written)."""
-    env: dict[str, str] = {}
-    meta = pod.get("metadata") or {}
-    for var in pod["spec"]["containers"][container].get("env") or ():
-        if "valueFrom" in var:
-            path = var["valueFrom"]["fieldRef"]["fieldPath"]
-            match = _LABEL_REF.match(path)
-            if match:
-                value = str((meta.get(match.group(1)) or {}).get(match.group(2), ""))
-            elif path == "spec.nodeName":
-                value = str(pod["spec"].get("nodeName") or "")
-            else:
-                value = str(meta.get(path.removeprefix("metadata."), ""))
-        else:
-
-            def expand(m: re.Match[str], known: Mapping[str, str] = dict(env)) -> str:
-                if m.group(0) == "$$":
-                    return "$"
-                return known.get(m.group(1), m.group(0))
-
-            value = _VAR.sub(expand, str(var.get("value", "")))
-        env[var["name"]] = value
-    return env
 
 
 class KubeflowHarness(BackendHarness):
