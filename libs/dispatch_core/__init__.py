@@ -52,6 +52,7 @@ from dispatch_core.errors import (
     DispatchError,
     EpochOutOfRange,
     InvalidPolicy,
+    InvalidSpec,
     MalformedRecord,
     OutOfOrderEvent,
     Refused,
@@ -101,8 +102,10 @@ from dispatch_core.job import (
 )
 from dispatch_core.plan import next_steps
 from dispatch_core.policy import (
+    MAX_LAUNCH_ATTEMPTS,
     make_plan,
     validate,
+    validate_spec,
 )
 from dispatch_core.project import (
     current_object,
@@ -159,6 +162,7 @@ __all__ = [
     "MAX_EPOCH",
     "MAX_GENERATION",
     "MAX_HOLD_FOR_S",
+    "MAX_LAUNCH_ATTEMPTS",
     "MAX_RESTART",
     "MAX_SUBMISSION",
     "SHARED_HOLD_FOR_S",
@@ -207,6 +211,7 @@ __all__ = [
     "HoldReleased",
     "HoldView",
     "InvalidPolicy",
+    "InvalidSpec",
     "Job",
     "JobCreated",
     "JobEvent",
@@ -270,4 +275,5 @@ __all__ = [
     "settled",
     "split_epoch",
     "validate",
+    "validate_spec",
 ]

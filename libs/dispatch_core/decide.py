@@ -43,7 +43,7 @@ from dispatch_core.events import (
     Superseded,
 )
 from dispatch_core.job import Hold, Job, LaunchOutcome
-from dispatch_core.policy import make_plan
+from dispatch_core.policy import make_plan, validate_spec
 from dispatch_core.state import (
     ActorKind,
     Cause,
@@ -77,8 +77,11 @@ def decide(
             ``job`` is ``None`` (``Submit`` carries its own).
 
     Returns:
-        The events to append, in order. For ``Supersede`` the new job's ``JobCreated`` comes
-        first (append it to the new record first), then the old job's ``Superseded``.
+        The events to append, in order. For ``Supersede``: the new job's ``JobCreated``, then
+        the old job's ``Superseded``; each carries its own ``job_id``. Append the old job's
+        ``Superseded`` first, with optimistic concurrency on the old record, so that two racing
+        supersedes can't both win; then create the new record (a retry after a crash between
+        the two finds ``superseded_by`` set and creates the named new job).
 
     Raises:
         Refused: the record doesn't allow the command now; the reason is a sentence an
@@ -144,6 +147,7 @@ def _submit(job: Job | None, command: Submit, now: datetime) -> tuple[JobEvent, 
         raise Refused(
             command.job_id, "submit", f"{command.job_id!r} is not a job id: {_JOB_ID_RULE}"
         )
+    validate_spec(command.spec)
     plan = make_plan(command.spec, command.policy, command.declarations)
     return (
         JobCreated(

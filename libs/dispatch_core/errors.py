@@ -14,6 +14,7 @@ __all__ = [
     "DispatchError",
     "EpochOutOfRange",
     "InvalidPolicy",
+    "InvalidSpec",
     "MalformedRecord",
     "OutOfOrderEvent",
     "Refused",
@@ -84,6 +85,20 @@ class InvalidPolicy(DispatchError, ValueError):
         where = f"rule {rule}" + (f", cause {cause!r}" if cause else "")
         super().__init__(f"invalid recovery policy: {where}: {reason}")
         self.rule, self.cause, self.reason = rule, cause, reason
+
+
+class InvalidSpec(DispatchError, ValueError):
+    """A job spec whose limits the planner can't work with (a duration that isn't a positive,
+    finite number of seconds it can add to a time, or launch attempts out of bounds).
+
+    Attributes:
+        field: the spec field, e.g. ``"unresolved_age_s"``.
+        reason: the sentence explaining the refusal.
+    """
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"invalid job spec: {field}: {reason}")
+        self.field, self.reason = field, reason
 
 
 class Refused(DispatchError):

@@ -14,7 +14,7 @@ from dispatch_core.constants import (
     SHARED_HOLD_FOR_S,
     SUPERVISOR,
 )
-from dispatch_core.errors import InvalidPolicy
+from dispatch_core.errors import InvalidPolicy, InvalidSpec
 from dispatch_core.state import (
     COVERABLE_CAUSES,
     Action,
@@ -30,10 +30,12 @@ from dispatch_core.state import (
 
 __all__ = [
     "CESSATION_INTERVAL_S",
+    "MAX_LAUNCH_ATTEMPTS",
     "SHARED_HOLD_FOR_S",
     "SUPERVISOR",
     "make_plan",
     "validate",
+    "validate_spec",
 ]
 
 _UNCOVERABLE: Final = {
@@ -102,6 +104,35 @@ def validate(policy: RecoveryPolicy) -> None:
                     f"{kind} is already covered by rule {first}; a cause has one rule",
                 )
             covered[kind] = i
+
+
+MAX_LAUNCH_ATTEMPTS: Final = 1000
+"""Most launch attempts per submission a spec may ask for."""
+
+
+def validate_spec(spec: JobSpec) -> None:
+    """Refuse a spec whose limits the planner can't work with.
+
+    ``unresolved_age_s`` and ``cleanup_deadline_s`` must be positive, finite numbers of
+    seconds of at most ``MAX_HOLD_FOR_S`` (the planner adds them to times, and a deadline past
+    the year 9999 can't be computed); ``max_launch_attempts`` must be in
+    1..``MAX_LAUNCH_ATTEMPTS``.
+
+    Raises:
+        InvalidSpec: naming the field and why.
+    """
+    for name in ("unresolved_age_s", "cleanup_deadline_s"):
+        value = float(getattr(spec, name))
+        if not (math.isfinite(value) and 0 < value <= MAX_HOLD_FOR_S):
+            raise InvalidSpec(
+                name,
+                f"{value} is not a positive number of seconds of at most {MAX_HOLD_FOR_S:.0f}",
+            )
+    if not 1 <= spec.max_launch_attempts <= MAX_LAUNCH_ATTEMPTS:
+        raise InvalidSpec(
+            "max_launch_attempts",
+            f"{spec.max_launch_attempts} is not in 1..{MAX_LAUNCH_ATTEMPTS}",
+        )
 
 
 def make_plan(spec: JobSpec, policy: RecoveryPolicy, declarations: Declarations) -> Plan:

@@ -13,7 +13,6 @@ travel as the core encodes them: enums by name, times as RFC 3339.
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any, Final, TypeVar
 
 import msgspec
@@ -21,10 +20,12 @@ import msgspec
 from dispatch_core import (
     JOB_ID_PATTERN,
     MAX_HOLD_FOR_S,
+    MAX_LAUNCH_ATTEMPTS,
     AbandonTarget,
     Cause,
     DecodeError,
     HoldView,
+    InvalidSpec,
     JobEvent,
     JobSpec,
     OperatorCommand,
@@ -34,6 +35,7 @@ from dispatch_core import (
     Status,
     UtcDatetime,
     decode_command,
+    validate_spec,
 )
 from services.api.errors import BadRequest, field_of
 
@@ -82,15 +84,12 @@ OptionalReason = Annotated[str, msgspec.Meta(max_length=4096)]
 
 HoldFor = Annotated[float, msgspec.Meta(gt=0, le=MAX_HOLD_FOR_S)]
 
-MAX_LAUNCH_ATTEMPTS: Final = 1000
-"""Most launch attempts per submission a spec may ask for."""
-
 SPEC_LIMITS: Final[dict[str, tuple[float, float]]] = {
     "unresolved_age_s": (0.0, MAX_HOLD_FOR_S),
     "cleanup_deadline_s": (0.0, MAX_HOLD_FOR_S),
 }
-"""Durations of a ``JobSpec`` the API accepts: greater than the first bound, at most the
-second (the planner adds them to times; an unbounded one would overflow a datetime)."""
+"""Durations of a ``JobSpec`` the core accepts (``validate_spec``): greater than the first
+bound, at most the second; shown in the OpenAPI document."""
 
 
 # ------------------------------------------------------------------------------ requests
@@ -390,23 +389,13 @@ def strict_command(raw: dict[str, Any]) -> OperatorCommand:
 
 
 def check_spec(spec: JobSpec) -> None:
-    """Refuse the spec values the planner can't carry out (see :data:`SPEC_LIMITS`).
+    """Refuse the spec values the planner can't carry out (the core's ``validate_spec``;
+    :data:`SPEC_LIMITS` documents the same bounds in the OpenAPI document).
 
     Raises:
-        BadRequest: a duration out of bounds, or launch attempts not in
-            1..:data:`MAX_LAUNCH_ATTEMPTS`; ``field`` names it.
+        BadRequest: a duration or the launch attempts out of bounds; ``field`` names it.
     """
-    for name, (low, high) in SPEC_LIMITS.items():
-        value = float(getattr(spec, name))
-        if not (math.isfinite(value) and low < value <= high):
-            raise BadRequest(
-                f"spec.{name} {value} is not a number of seconds greater than {low:g} and at "
-                f"most {high:.0f}",
-                field=f"spec.{name}",
-            )
-    if not 1 <= spec.max_launch_attempts <= MAX_LAUNCH_ATTEMPTS:
-        raise BadRequest(
-            f"spec.max_launch_attempts {spec.max_launch_attempts} is not in "
-            f"1..{MAX_LAUNCH_ATTEMPTS}",
-            field="spec.max_launch_attempts",
-        )
+    try:
+        validate_spec(spec)
+    except InvalidSpec as err:
+        raise BadRequest(str(err), field=f"spec.{err.field}") from err

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -280,3 +281,30 @@ def test_the_supervisor_carries_out_resubmit_hold_and_escalate() -> None:
 def test_make_plan_refuses_an_illegal_policy() -> None:
     with pytest.raises(InvalidPolicy, match=r"rule 0, cause 'none'"):
         make_plan(SPEC, _policy(_rule(CauseKind.NONE)), DECL)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("unresolved_age_s", 0.0),
+        ("unresolved_age_s", float("inf")),
+        ("cleanup_deadline_s", -1.0),
+        ("cleanup_deadline_s", 1e12),
+        ("max_launch_attempts", 0),
+        ("max_launch_attempts", 1001),
+    ],
+)
+def test_a_spec_whose_limits_the_planner_cannot_use_is_refused_naming_the_field(
+    field: str, value: float
+) -> None:
+    """The planner adds the unresolved age and the cleanup deadline (seed 002: "10 minutes
+    unless WithUnresolvedAge set it", "30 minutes unless WithCleanupDeadline set it") to
+    times; a value it can't add is refused at submission, naming the field, not later in a
+    pass."""
+    from dispatch_core import InvalidSpec, JobSpec, validate_spec
+
+    spec = msgspec.structs.replace(JobSpec(cluster="c"), **{field: value})
+    with pytest.raises(InvalidSpec, match=field) as err:
+        validate_spec(spec)
+    assert err.value.field == field
+    validate_spec(JobSpec(cluster="c"))  # the defaults are fine
