@@ -1,0 +1,257 @@
+"""End to end through the services on a real nats-server, with the kubeflow backend: the
+observer and a supervisor replica run in-process (tasks of the test's event loop), each with its
+own :class:`KubeflowBackend` on the fake Kubernetes API server (TEST DOUBLE, real HTTP, the real
+``kubernetes`` client) while the cluster simulator plays Trainer, JobSet, Job, Kueue and kubelet.
+
+The backends are handed to the services through their ``run(backend=...)`` /
+``run(backends=...)`` parameters (no monkeypatching): the clusters file can't name a kubeflow
+cluster until ``dispatch_backends.config`` builds one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import AsyncIterator, Callable, Coroutine
+from datetime import UTC, datetime
+from typing import Any
+
+import nats
+import pytest
+from prometheus_client import CollectorRegistry
+
+from dispatch_backends.kubeflow import KubeflowBackend, KubeflowSettings
+from dispatch_core import (
+    Action,
+    Actor,
+    ActorKind,
+    CauseKind,
+    ExecutionEnded,
+    JobSpec,
+    RecoveryPolicy,
+    RecoveryRule,
+    State,
+    Status,
+    Submit,
+    decide,
+    decode,
+    decode_event,
+    encode,
+    epoch,
+)
+from dispatch_nats import LatestStore, Layout, RecordStore, StreamKind, ensure_streams
+from services.observer import service as observer_service
+from services.observer.config import ObserverConfig
+from services.supervisor import service as supervisor_service
+from services.supervisor.config import SupervisorConfig
+from tests.fakes.kube_apiserver import FakeKubeApiServer
+from tests.fakes.kube_controller import ClusterSimulator
+from tests.integration.backends.test_kubeflow_support import NS, QUEUE, simulated
+from tests.servers.nats import NatsServer
+from tests.unit.kubeflow.records import container_env
+from tests.util import assert_eventually
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+CLUSTER = "kf"
+ALICE = Actor(name="alice", kind=ActorKind.HUMAN)
+
+
+class Installation:
+    """A namespace on the nats-server, the fake cluster, and the services."""
+
+    def __init__(self, url: str, server: FakeKubeApiServer, cluster: ClusterSimulator) -> None:
+        self.url = url
+        self.server = server
+        self.cluster = cluster
+        self.layout = Layout(namespace=f"kf{secrets.token_hex(4)}")
+        self.settings = KubeflowSettings(namespaces=(NS,), queue=QUEUE, watch_timeout_s=1.0)
+        self.clients = [server.api_client(), server.api_client()]
+        self.backends = [KubeflowBackend(CLUSTER, self.settings, c) for c in self.clients]
+        self.tasks: list[tuple[asyncio.Event, asyncio.Task[None]]] = []
+        self.nc: Any = None
+        self.records: RecordStore | None = None
+        self.statuses: LatestStore | None = None
+
+    async def open(self) -> None:
+        self.nc = await nats.connect(self.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
+        await ensure_streams(self.nc, layout=self.layout)
+        self.records = RecordStore(self.nc, layout=self.layout)
+        self.statuses = LatestStore.status(self.nc, layout=self.layout)
+        observer_cfg = ObserverConfig(
+            cluster=CLUSTER,
+            nats_url=(self.url,),
+            namespace=self.layout.namespace,
+            poll_interval_s=0.2,
+            http_port=0,
+        )
+        supervisor_cfg = SupervisorConfig(
+            nats_url=(self.url,),
+            namespace=self.layout.namespace,
+            http_port=0,
+            retry_s=1.0,
+            launch_retry_s=2.0,
+        )
+        await self._start(
+            lambda stop, ready: observer_service.run(
+                observer_cfg,
+                stop,
+                registry=CollectorRegistry(),
+                ready=ready,
+                backend=self.backends[0],
+            )
+        )
+        await self._start(
+            lambda stop, ready: supervisor_service.run(
+                supervisor_cfg,
+                stop,
+                registry=CollectorRegistry(),
+                ready=ready,
+                backends={CLUSTER: self.backends[1]},
+            )
+        )
+
+    async def _start(
+        self, run: Callable[[asyncio.Event, asyncio.Event], Coroutine[Any, Any, None]]
+    ) -> None:
+        stop, ready = asyncio.Event(), asyncio.Event()
+        task = asyncio.create_task(run(stop, ready))
+        self.tasks.append((stop, task))
+        waiter = asyncio.ensure_future(ready.wait())
+        done, _ = await asyncio.wait({waiter, task}, timeout=30, return_when="FIRST_COMPLETED")
+        waiter.cancel()
+        if task in done:
+            task.result()
+            raise AssertionError("a service ended before it was ready")
+        assert ready.is_set(), "a service was not ready within 30 s"
+
+    async def close(self) -> None:
+        for stop, task in reversed(self.tasks):
+            stop.set()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 30)
+        for backend in self.backends:
+            await backend.aclose()
+        for api in self.clients:
+            api.close()
+        if self.nc is not None:
+            for store in (self.records, self.statuses):
+                if store is not None:
+                    await store.aclose()
+            js = self.nc.jetstream()
+            for kind in StreamKind:
+                with contextlib.suppress(nats.errors.Error):
+                    await js.delete_stream(self.layout.stream(kind))
+            await self.nc.close()
+
+    async def submit(self, job_id: str, spec: JobSpec, policy: RecoveryPolicy) -> None:
+        """Create the job's record, as the API service does."""
+        assert self.records is not None
+        events = decide(
+            None,
+            Submit(
+                by=ALICE,
+                job_id=job_id,
+                spec=spec,
+                policy=policy,
+                declarations=self.backends[1].declarations(),
+            ),
+            datetime.now(UTC),
+        )
+        await self.records.append_many(
+            job_id,
+            [encode(e) for e in events],
+            expected_last_seq=0,
+            msg_ids=[f"test:{job_id}:{i}" for i in range(len(events))],
+        )
+
+    async def wait_status(self, job_id: str, check: Callable[[Status], None]) -> Status:
+        assert self.statuses is not None
+        statuses = self.statuses
+
+        async def probe() -> Status:
+            entry = await statuses.get((job_id,))
+            assert entry is not None, f"{job_id}: no status yet"
+            status = decode(entry.payload, Status)
+            check(status)
+            return status
+
+        return await assert_eventually(probe, timeout_s=60, interval_s=0.1)
+
+    def running_env(self, name: str) -> dict[str, str]:
+        """The DISPATCH_* environment of the running pods of TrainJob ``name``."""
+        pods = [p for p in self.cluster.pods(NS, name) if p["status"].get("phase") == "Running"]
+        assert pods, f"TrainJob {name} has no running pod"
+        return {k: v for k, v in container_env(pods[0]).items() if k.startswith("DISPATCH_")}
+
+
+@pytest.fixture
+async def installation(nats_server: NatsServer) -> AsyncIterator[Installation]:
+    with simulated() as (server, cluster):
+        inst = Installation(nats_server.url, server, cluster)
+        try:
+            await inst.open()
+            yield inst
+        finally:
+            await inst.close()
+
+
+def running(submission: int) -> Callable[[Status], None]:
+    def check(status: Status) -> None:
+        assert status.state is State.RUNNING, status
+        assert status.submission == submission, status
+
+    return check
+
+
+async def test_a_trainjob_preempted_by_kueue_is_resubmitted_with_a_higher_epoch_and_succeeds(
+    installation: Installation,
+) -> None:
+    inst = installation
+    job_id = f"kf-{secrets.token_hex(4)}"
+    spec = JobSpec(
+        cluster=CLUSTER,
+        command=("python", "train.py"),
+        checkpoint="s3://ckpt/" + job_id,
+        options={"image": "ghcr.io/example/train:1", "nodes": "2"},
+    )
+    policy = RecoveryPolicy(
+        rules=(RecoveryRule(on=(CauseKind.PREEMPTED,), action=Action.RESUBMIT, budget=2),)
+    )
+    await inst.submit(job_id, spec, policy)
+
+    first = await inst.wait_status(job_id, running(1))
+    name1 = f"dj-{job_id}-1-1"
+    env1 = await assert_eventually(lambda: inst.running_env(name1), timeout_s=30)
+    assert int(env1["DISPATCH_EPOCH"]) == first.epoch == epoch(0, 1, 0)
+
+    await asyncio.to_thread(inst.cluster.kueue_evict, NS, name1)
+
+    second = await inst.wait_status(job_id, running(2))
+    name2 = f"dj-{job_id}-2-1"
+    env2 = await assert_eventually(lambda: inst.running_env(name2), timeout_s=30)
+    assert int(env2["DISPATCH_EPOCH"]) == second.epoch == epoch(0, 2, 0)
+    assert int(env2["DISPATCH_EPOCH"]) > int(env1["DISPATCH_EPOCH"])
+    assert env2["DISPATCH_ATTEMPT"] != env1["DISPATCH_ATTEMPT"]
+    assert env2["DISPATCH_CHECKPOINT"] == env1["DISPATCH_CHECKPOINT"] == spec.checkpoint
+    workload = inst.cluster.workload(NS, name1)
+    assert workload is not None
+    assert workload["spec"]["active"] is False, "the evicted TrainJob must never run again"
+
+    await asyncio.to_thread(inst.cluster.succeed, NS, name2)
+
+    def succeeded(status: Status) -> None:
+        assert status.state is State.SUCCEEDED, status
+
+    status = await inst.wait_status(job_id, succeeded)
+    recoveries = [t for t in status.history if t.state is State.RECOVERING]
+    assert [t.cause.kind for t in recoveries] == [CauseKind.PREEMPTED]
+    assert "Evicted (Preempted)" in recoveries[0].cause.detail
+    assert inst.records is not None
+    events = [decode_event(e.payload) for e in await inst.records.read(job_id)]
+    ended = [e for e in events if isinstance(e, ExecutionEnded)]
+    assert [(e.submission, e.cause.kind) for e in ended] == [
+        (1, CauseKind.PREEMPTED),
+        (2, CauseKind.NONE),
+    ]
