@@ -21,7 +21,17 @@ Subjects (`<job>` and `<cluster>` are tokens of lower-case letters, digits and `
 
 `dispatch.status.<job>` in stream `DISPATCH_STATUS`
     The job's projected Status, published by the supervisor whenever it changes. One message
-    per subject.
+    per subject. Header `Dispatch-Wake-At` (`WAKE_AT_HEADER`): the job's next deadline
+    (RFC 3339), absent when it has none; every supervisor replica follows these to wake the
+    job when it comes.
+
+`dispatch.work.<job>` in stream `DISPATCH_WORK`
+    Requests to run a supervisor pass of the job (empty payload): a deadline that came
+    (`Nats-Msg-Id: wake:<job>:<wake at>`) or a start-up catch-up
+    (`catch-up:<job>:<record seq>`). Work-queue retention, so a request is removed once a
+    replica has handled it; every replica may publish the same request and JetStream stores
+    it once (duplicate window `DUPLICATE_WINDOW_S`). Internal to the supervisors; users have
+    no reason to read it.
 
 `dispatch.observer.<cluster>` (core NATS, no stream)
     The observer's heartbeat for `<cluster>`: reachable, or unreachable with the scheduler's
@@ -61,6 +71,8 @@ __all__ = [
     "MSG_ID_HEADER",
     "RECORD_STREAM",
     "STATUS_STREAM",
+    "WAKE_AT_HEADER",
+    "WORK_STREAM",
     "Layout",
     "StreamKind",
     "discovery_subject",
@@ -70,6 +82,7 @@ __all__ = [
     "status_subject",
     "validate_cluster",
     "validate_job_id",
+    "work_subject",
 ]
 
 CONTRACT_VERSION: Final = 1
@@ -81,6 +94,10 @@ CONTRACT_METADATA_KEY: Final = "dispatch.contract"
 RECORD_STREAM: Final = "DISPATCH_RECORD"
 DISCOVERY_STREAM: Final = "DISPATCH_DISCOVERY"
 STATUS_STREAM: Final = "DISPATCH_STATUS"
+WORK_STREAM: Final = "DISPATCH_WORK"
+
+WAKE_AT_HEADER: Final = "Dispatch-Wake-At"
+"""Header of a Status message: the job's next deadline (RFC 3339), absent when none."""
 
 EXPECTED_LAST_SUBJECT_SEQ_HEADER: Final = "Nats-Expected-Last-Subject-Sequence"
 """Header of every record append: the seq of the job's last event (0: the record is empty)."""
@@ -122,11 +139,12 @@ def validate_cluster(cluster: str) -> str:
 
 
 class StreamKind(enum.StrEnum):
-    """The three streams of the contract."""
+    """The streams of the contract."""
 
     RECORD = "record"
     DISCOVERY = "discovery"
     STATUS = "status"
+    WORK = "work"
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +198,35 @@ class Layout:
     def status_stream(self) -> str:
         """Name of the status stream (`DISPATCH_STATUS`)."""
         return self.stream(StreamKind.STATUS)
+
+    @property
+    def work_stream(self) -> str:
+        """Name of the supervisors' work stream (`DISPATCH_WORK`)."""
+        return self.stream(StreamKind.WORK)
+
+    def work_subject(self, job_id: str) -> str:
+        """Return `dispatch.work.<job>`, where a pass of the job is requested.
+
+        Raises:
+            InvalidName: `job_id` is not a subject-safe token.
+        """
+        return f"{self.root}.work.{validate_job_id(job_id)}"
+
+    @property
+    def work_filter(self) -> str:
+        """`dispatch.work.*`: every job's pass requests."""
+        return f"{self.root}.work.*"
+
+    def job_id_from_work_subject(self, subject: str) -> str:
+        """Return the job id of a work subject.
+
+        Raises:
+            InvalidName: `subject` is not a work subject of this layout.
+        """
+        prefix = f"{self.root}.work."
+        if not subject.startswith(prefix):
+            raise InvalidName("work subject", subject, f"must start with {prefix!r}")
+        return validate_job_id(subject[len(prefix) :])
 
     def record_subject(self, job_id: str) -> str:
         """Return `dispatch.record.<job>`, the subject of the job's record.
@@ -245,7 +292,7 @@ class Layout:
         return f"{self.root}.{kind.value}"
 
     def stream_configs(self, replicas: int = 1) -> list[dict[str, Any]]:
-        """Return the JetStream configurations (raw API JSON) of the three streams.
+        """Return the JetStream configurations (raw API JSON) of the contract's streams.
 
         Args:
             replicas: copies of each stream in a cluster (1 on a single server, 3 in production).
@@ -289,6 +336,14 @@ class Layout:
                 "subjects": [f"{self.latest_prefix(StreamKind.STATUS)}.*"],
                 "max_msgs_per_subject": 1,
             },
+            {
+                **common,
+                "name": self.work_stream,
+                "description": "dispatch: supervisor pass requests (deadlines, catch-up)",
+                "subjects": [self.work_filter],
+                "retention": "workqueue",
+                "duplicate_window": int(DUPLICATE_WINDOW_S * 1e9),
+            },
         ]
 
 
@@ -309,6 +364,11 @@ def discovery_subject(cluster: str, job_id: str) -> str:
 def status_subject(job_id: str) -> str:
     """Return `dispatch.status.<job>` (see `Layout.status_subject`)."""
     return DEFAULT_LAYOUT.status_subject(job_id)
+
+
+def work_subject(job_id: str) -> str:
+    """Return `dispatch.work.<job>` (see `Layout.work_subject`)."""
+    return DEFAULT_LAYOUT.work_subject(job_id)
 
 
 def observer_subject(cluster: str) -> str:
