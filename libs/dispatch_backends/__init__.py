@@ -1,5 +1,13 @@
 """dispatch_backends: one adapter per scheduler behind one Protocol (DESIGN.md section 7)."""
 
+from dispatch_backends.config import (
+    BackendNotAvailable,
+    ClusterConfig,
+    ClustersConfig,
+    ClustersConfigError,
+    load_clusters,
+    make_backend,
+)
 from dispatch_backends.protocol import (
     Backend,
     BackendError,
@@ -16,12 +24,18 @@ from dispatch_backends.protocol import (
 __all__ = [
     "Backend",
     "BackendError",
+    "BackendNotAvailable",
     "CessationAnswer",
     "CessationSignal",
+    "ClusterConfig",
+    "ClustersConfig",
+    "ClustersConfigError",
     "EmergencyStopper",
     "LaunchRefusedError",
     "LaunchUnknownError",
     "Snapshot",
     "Unreachable",
+    "load_clusters",
+    "make_backend",
     "object_name",
 ]
