@@ -1,0 +1,92 @@
+"""What every service's ``run`` does the same way: connect to NATS, run its loops until
+``stop`` with a bounded shutdown, and drain the connection (STYLE.md, "Services")."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+import nats
+from nats.aio.client import Client as NATS
+
+__all__ = ["connect_nats", "drain", "run_until_stopped"]
+
+log = logging.getLogger("dispatch.service")
+
+
+async def connect_nats(
+    servers: tuple[str, ...] | list[str], stop: asyncio.Event, *, name: str
+) -> NATS | None:
+    """Connect to NATS, retrying until it answers or ``stop`` is set (then return None).
+
+    The connection then reconnects by itself for ever (every 0.5 s), so a restarted server
+    is found again without restarting the service.
+
+    Args:
+        servers: the server URLs.
+        stop: give up once set.
+        name: the connection's name (shown by the server's monitoring).
+    """
+    delay = 0.1
+    while not stop.is_set():
+        try:
+            return await nats.connect(
+                servers=list(servers),
+                name=name,
+                connect_timeout=2,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                error_cb=_error,
+                pending_size=64 * 1024 * 1024,
+            )
+        except (OSError, TimeoutError, nats.errors.Error) as err:
+            log.warning("nats.connect_failed", extra={"servers": list(servers), "error": repr(err)})
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
+        delay = min(delay * 2, 2.0)
+    return None
+
+
+async def _error(err: Exception) -> None:
+    log.warning("nats.error", extra={"error": repr(err)})
+
+
+async def drain(nc: NATS, timeout_s: float = 5.0) -> None:
+    """Drain ``nc`` (flush what is buffered, end subscriptions), then close it; at most
+    ``timeout_s`` seconds."""
+    with contextlib.suppress(nats.errors.Error, TimeoutError):
+        await asyncio.wait_for(nc.drain(), timeout_s)
+    if not nc.is_closed:
+        await nc.close()
+
+
+async def run_until_stopped(
+    stop: asyncio.Event, grace_s: float, *loops: Coroutine[Any, Any, None]
+) -> None:
+    """Run ``loops`` in a task group; each returns once ``stop`` is set. Once it is, give
+    them ``grace_s`` seconds, then cancel what is left.
+
+    Raises:
+        ExceptionGroup: a loop failed (the others were cancelled).
+    """
+
+    async def enforce_grace(tasks: list[asyncio.Task[None]]) -> None:
+        waiting = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait([waiting, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
+        if not stop.is_set():
+            await asyncio.wait(tasks)
+            return
+        _, pending = await asyncio.wait(tasks, timeout=grace_s)
+        for task in pending:
+            log.warning("service.shutdown_grace_exceeded", extra={"task": task.get_name()})
+            task.cancel()
+
+    async with asyncio.TaskGroup() as tg:
+        tasks = [tg.create_task(loop) for loop in loops]
+        tg.create_task(enforce_grace(tasks))

@@ -1,0 +1,318 @@
+"""The observer service: what one cluster's scheduler shows, published per job (docs/runtime.md,
+"Observer").
+
+Every ``poll_interval_s``: one ``backend.discover()`` (one batched query, never one per job)
+gives a Snapshot; for each job in it whose objects differ from the last Discovery published
+for it, a new Discovery goes to ``dispatch.discovery.<cluster>.<job>``; a job that had
+objects and now has none gets an empty Discovery. Comparing objects (not ``seen_at``) keeps
+the stream quiet while nothing changes, and a supervisor woken by a Discovery always finds
+something new in it. At start-up the last Discovery of each of the cluster's jobs is read
+back from the stream, so a restart publishes nothing twice and misses no disappearance.
+
+After each poll a heartbeat goes to ``dispatch.observer.<cluster>``: reachable, or
+unreachable with the error. An unreachable scheduler publishes no Discovery, so no job's
+state changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack
+from datetime import UTC, datetime
+from typing import Final
+
+import msgspec
+import nats
+from nats.aio.client import Client as NATS
+from prometheus_client import CollectorRegistry
+
+from dispatch_backends import Backend, BackendError, Unreachable
+from dispatch_backends.config import load_clusters, make_backend, poll_interval_s
+from dispatch_core import Discovery, ObservedObject, decode, encode, is_job_id
+from dispatch_nats import LatestStore, Layout, NatsStoreError, ensure_streams
+from services.common.http import health_app, start_http
+from services.common.lifecycle import connect_nats, drain, run_until_stopped
+from services.observer.config import ObserverConfig
+from services.observer.heartbeat import Heartbeat, encode_heartbeat
+from services.observer.metrics import ObserverMetrics
+
+__all__ = ["Observer", "PollResult", "run"]
+
+log = logging.getLogger("dispatch.observer")
+
+_PUBLISH_CONCURRENCY: Final = 256
+"""Most Discovery puts in flight at once (a mass preemption changes every job at once)."""
+
+
+class PollResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What one poll did.
+
+    Attributes:
+        reachable: whether the scheduler answered.
+        error: its error when it did not.
+        published: Discoveries published.
+        failed: Discoveries that could not be published (retried at the next poll).
+        jobs: jobs with objects on the cluster.
+        calls: scheduler calls the discover took.
+        duration_s: how long the poll took, in seconds.
+    """
+
+    reachable: bool
+    error: str = ""
+    published: int = 0
+    failed: int = 0
+    jobs: int = 0
+    calls: int = 0
+    duration_s: float = 0.0
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Observer:
+    """Polls one backend and publishes each job's Discovery when it changes."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        discoveries: LatestStore,
+        nc: NATS,
+        *,
+        layout: Layout,
+        metrics: ObserverMetrics,
+        poll_interval_s: float,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        """Observe ``backend``'s cluster.
+
+        Args:
+            backend: the cluster's backend.
+            discoveries: the discovery stream.
+            nc: the connection heartbeats go out on.
+            layout: subject names.
+            metrics: where to count polls.
+            poll_interval_s: seconds between two polls' starts.
+            clock: the time of a heartbeat of an unreachable poll.
+        """
+        self._backend = backend
+        self._cluster = backend.cluster
+        self._discoveries = discoveries
+        self._nc = nc
+        self._layout = layout
+        self._metrics = metrics
+        self._interval_s = poll_interval_s
+        self._clock = clock
+        self._last: dict[str, tuple[ObservedObject, ...]] = {}
+        self._skipped: set[str] = set()
+
+    @property
+    def known(self) -> Mapping[str, tuple[ObservedObject, ...]]:
+        """The objects of the last Discovery published for each job."""
+        return self._last
+
+    async def load(self) -> int:
+        """Read back the last Discovery of each of the cluster's jobs; return how many.
+
+        Raises:
+            NatsStoreError: the discovery stream can't be read.
+            dispatch_core.DecodeError: a stored Discovery can't be decoded.
+        """
+        entries = await self._discoveries.get_all((self._cluster,))
+        for entry in entries:
+            discovery = decode(entry.payload, Discovery)
+            self._last[discovery.job_id] = discovery.objects
+        log.info("observer.loaded", extra={"cluster": self._cluster, "jobs": len(self._last)})
+        return len(entries)
+
+    async def poll(self) -> PollResult:
+        """Ask the backend once, publish what changed, and send a heartbeat."""
+        started = time.monotonic()
+        try:
+            snapshot = await self._backend.discover()
+        except Unreachable as err:
+            result = PollResult(reachable=False, error=err.detail)
+        except BackendError as err:
+            log.warning(
+                "observer.discover_failed", extra={"cluster": self._cluster, "error": str(err)}
+            )
+            result = PollResult(reachable=False, error=err.detail)
+        except Exception as err:  # the loop boundary: a bug must not stop observing
+            log.exception("observer.discover_crashed", extra={"cluster": self._cluster})
+            result = PollResult(reachable=False, error=f"{type(err).__name__}: {err}")
+        else:
+            published, failed = await self._publish_changes(snapshot.seen_at, snapshot.objects)
+            result = PollResult(
+                reachable=True,
+                published=published,
+                failed=failed,
+                jobs=len(snapshot.objects),
+                calls=snapshot.calls,
+            )
+        result = msgspec.structs.replace(result, duration_s=time.monotonic() - started)
+        await self._heartbeat(result)
+        self._metrics.observe_poll(
+            reachable=result.reachable,
+            duration_s=result.duration_s,
+            calls=result.calls,
+            published=result.published,
+            jobs=result.jobs,
+        )
+        if not result.reachable:
+            log.warning(
+                "observer.unreachable", extra={"cluster": self._cluster, "error": result.error}
+            )
+        elif result.published or result.failed:
+            log.debug(
+                "observer.published",
+                extra={
+                    "cluster": self._cluster,
+                    "published": result.published,
+                    "failed": result.failed,
+                },
+            )
+        return result
+
+    async def _publish_changes(
+        self, seen_at: datetime, objects: Mapping[str, tuple[ObservedObject, ...]]
+    ) -> tuple[int, int]:
+        changes: list[Discovery] = []
+        for job_id, objs in objects.items():
+            if not is_job_id(job_id):
+                if job_id not in self._skipped:
+                    self._skipped.add(job_id)
+                    log.warning(
+                        "observer.bad_job_name",
+                        extra={"cluster": self._cluster, "job_id": job_id},
+                    )
+                continue
+            if self._last.get(job_id) != objs:
+                changes.append(self._discovery(job_id, seen_at, objs))
+        for job_id, objs in self._last.items():
+            if objs and job_id not in objects:
+                changes.append(self._discovery(job_id, seen_at, ()))
+        if not changes:
+            return 0, 0
+        slots = asyncio.Semaphore(_PUBLISH_CONCURRENCY)
+        results = await asyncio.gather(*(self._put(d, slots) for d in changes))
+        published = sum(results)
+        return published, len(results) - published
+
+    def _discovery(
+        self, job_id: str, seen_at: datetime, objects: tuple[ObservedObject, ...]
+    ) -> Discovery:
+        return Discovery(cluster=self._cluster, job_id=job_id, seen_at=seen_at, objects=objects)
+
+    async def _put(self, discovery: Discovery, slots: asyncio.Semaphore) -> bool:
+        async with slots:
+            try:
+                await self._discoveries.put((self._cluster, discovery.job_id), encode(discovery))
+            except NatsStoreError as err:
+                # Not recorded as published: the next poll finds it changed and tries again.
+                log.warning(
+                    "observer.publish_failed",
+                    extra={"cluster": self._cluster, "job_id": discovery.job_id, "error": str(err)},
+                )
+                return False
+        self._last[discovery.job_id] = discovery.objects
+        return True
+
+    async def _heartbeat(self, result: PollResult) -> None:
+        beat = Heartbeat(
+            cluster=self._cluster,
+            at=self._clock(),
+            reachable=result.reachable,
+            error=result.error,
+            jobs=result.jobs,
+            poll_interval_s=self._interval_s,
+        )
+        try:
+            await self._nc.publish(
+                self._layout.observer_subject(self._cluster), encode_heartbeat(beat)
+            )
+        except nats.errors.Error as err:
+            log.warning(
+                "observer.heartbeat_failed", extra={"cluster": self._cluster, "error": repr(err)}
+            )
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll every ``poll_interval_s`` (from one poll's start to the next) until ``stop``."""
+        while not stop.is_set():
+            started = time.monotonic()
+            await self.poll()
+            delay = self._interval_s - (time.monotonic() - started)
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+
+
+async def run(
+    cfg: ObserverConfig,
+    stop: asyncio.Event,
+    *,
+    registry: CollectorRegistry | None = None,
+    ready: asyncio.Event | None = None,
+    backend: Backend | None = None,
+    on_http: Callable[[int], Awaitable[None] | None] | None = None,
+) -> None:
+    """Run the observer until ``stop`` is set (docs/runtime.md, "Observer").
+
+    Args:
+        cfg: the configuration.
+        stop: set it to shut down (within ``cfg.shutdown_grace_s``).
+        registry: the Prometheus registry to export on (a fresh one by default).
+        ready: set once NATS is connected, the streams exist and the state is loaded
+            (``/healthz`` answers 200 from then on).
+        backend: the backend to observe (default: built from the clusters file).
+        on_http: called with the HTTP port bound (useful with ``http_port = 0``).
+
+    Raises:
+        ClustersConfigError: the clusters file is invalid or has no ``cfg.cluster``.
+        NatsStoreError: the streams can't be created or the state can't be read.
+    """
+    registry = registry if registry is not None else CollectorRegistry()
+    ready = ready if ready is not None else asyncio.Event()
+    if backend is None:
+        cluster = load_clusters(cfg.clusters_file).get(cfg.cluster)
+        backend = make_backend(cluster)
+        interval = cfg.poll_interval_s or poll_interval_s(cluster)
+    else:
+        interval = cfg.poll_interval_s or 1.0
+    layout = Layout(namespace=cfg.namespace)
+    metrics = ObserverMetrics(registry, backend.cluster)
+    async with AsyncExitStack() as stack:
+        runner, port = await start_http(
+            health_app(registry, ready, service="observer"), cfg.http_host, cfg.http_port
+        )
+        stack.push_async_callback(runner.cleanup)
+        if on_http is not None:
+            called = on_http(port)
+            if called is not None:
+                await called
+        nc = await connect_nats(cfg.nats_url, stop, name=f"dispatch-observer-{backend.cluster}")
+        if nc is None:
+            return
+        stack.push_async_callback(drain, nc)
+        await ensure_streams(nc, cfg.stream_replicas, layout=layout)
+        discoveries = LatestStore.discovery(nc, layout=layout)
+        stack.push_async_callback(discoveries.aclose)
+        observer = Observer(
+            backend,
+            discoveries,
+            nc,
+            layout=layout,
+            metrics=metrics,
+            poll_interval_s=interval,
+        )
+        await observer.load()
+        ready.set()
+        log.info(
+            "observer.started",
+            extra={"cluster": backend.cluster, "poll_interval_s": interval, "http_port": port},
+        )
+        await run_until_stopped(stop, cfg.shutdown_grace_s, observer.run(stop))
+        log.info("observer.stopped", extra={"cluster": backend.cluster})
