@@ -1,0 +1,416 @@
+"""The slurm backend: each of dispatch's objects is one Slurm batch job (DESIGN.md section 7).
+
+See the package docstring for the whole picture; this module is the I/O, through
+:class:`~dispatch_backends.slurm.commands.Runner` (subprocesses, off the event loop, with
+timeouts).
+
+**Calls per poll.** :meth:`SlurmBackend.discover` runs one ``squeue`` for every job of the
+user; then, when dispatch has any job on the cluster, one ``sinfo`` (node states, for lost
+nodes) and one ``sacct --duplicates -X -j <ids>`` (``sacct -c`` with ``accounting =
+"jobcomp"``; none with ``"none"``) for all of dispatch's jobs at once. So a poll is 3
+commands (1 with no job of dispatch's), however many jobs there are: ``Snapshot.calls``,
+which the observer exports as ``dispatch_observer_scheduler_calls_per_poll``. A sacct that
+fails (slurmdbd down) costs nothing but its answers: causes wait for it, within the grace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pwd
+import secrets
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Final
+
+from dispatch_backends.protocol import (
+    BackendError,
+    CessationAnswer,
+    LaunchRefusedError,
+    LaunchUnknownError,
+    Snapshot,
+    Unreachable,
+)
+from dispatch_backends.slurm.causes import ADMIN_HOLD, USER_HOLD
+from dispatch_backends.slurm.commands import CommandResult, CommandTimeout, Runner
+from dispatch_backends.slurm.observe import Memory, dispatch_job_id, observe_all
+from dispatch_backends.slurm.parse import (
+    ACCT_FIELDS,
+    QUEUE_FIELDS,
+    AcctRow,
+    NodeState,
+    ParseError,
+    QueueJob,
+    parse_sacct,
+    parse_sinfo,
+    parse_squeue_json,
+    parse_squeue_text,
+)
+from dispatch_backends.slurm.script import InvalidSpec, submission
+from dispatch_backends.slurm.settings import Accounting, QueueFormat, SlurmSettings
+from dispatch_core.state import Action, Declarations, ObjectRef
+from dispatch_core.steps import Launch
+
+__all__ = [
+    "AdminHeldError",
+    "ObjectNotFound",
+    "SlurmBackend",
+    "SlurmBackendWithCessation",
+    "make_slurm_backend",
+]
+
+log = logging.getLogger("dispatch_backends.slurm")
+
+_QUEUE_FORMAT: Final = ",".join(f"{field}:|" for field in QUEUE_FIELDS)
+_ACCT_FORMAT: Final = ",".join(ACCT_FIELDS)
+_SINFO_FORMAT: Final = "%N|%T|%E"
+_INVALID_JOB: Final = "Invalid job id specified"
+_MAYBE_MADE: Final = ("Socket timed out", "Zero Bytes were transmitted")
+"""sbatch words after which the request may have reached slurmctld: the outcome is unknown."""
+
+
+class ObjectNotFound(BackendError):
+    """slurmctld has no job with that id (never made, or gone after ``MinJobAge``)."""
+
+    def __init__(self, cluster: str, object_id: str) -> None:
+        super().__init__(cluster, f"no Slurm job {object_id}")
+        self.object_id = object_id
+
+
+class AdminHeldError(BackendError):
+    """:meth:`SlurmBackend.open_gate` was asked to open a gate an administrator holds
+    (``JobHeldAdmin``); dispatch never releases that one (seed 002)."""
+
+    def __init__(self, cluster: str, object_id: str) -> None:
+        super().__init__(cluster, f"Slurm job {object_id} is held by an administrator")
+        self.object_id = object_id
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _user_name(uid: int) -> str | None:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return None
+
+
+def _current_user() -> str:
+    import getpass
+
+    return getpass.getuser()
+
+
+class SlurmBackend:
+    """dispatch's objects as Slurm batch jobs on one cluster (see the package docstring).
+
+    Implements :class:`~dispatch_backends.protocol.Backend` and
+    :class:`~dispatch_backends.protocol.EmergencyStopper`;
+    :class:`SlurmBackendWithCessation` adds the cessation signal (built by
+    :func:`make_slurm_backend` when the settings name a command).
+    """
+
+    def __init__(
+        self,
+        cluster: str,
+        settings: SlurmSettings | None = None,
+        *,
+        clock: Callable[[], datetime] = _utcnow,
+        runner: Runner | None = None,
+    ) -> None:
+        """Serve ``cluster``.
+
+        Args:
+            cluster: the cluster name (part of every ref).
+            settings: its settings (default: :class:`SlurmSettings` defaults).
+            clock: the time (timezone-aware), for windows and graces.
+            runner: the command runner (default: one built from the settings).
+        """
+        self._cluster = cluster
+        self._settings = settings or SlurmSettings()
+        self._clock = clock
+        self._runner = runner or Runner(
+            cluster,
+            timeout_s=self._settings.command_timeout_s,
+            max_concurrency=self._settings.max_concurrency,
+            bin_dir=self._settings.bin_dir,
+            slurm_conf=self._settings.slurm_conf,
+        )
+        self._user = self._settings.user or _current_user()
+        self._memory = Memory()
+        self._lock = asyncio.Lock()
+
+    # -- the Backend protocol -----------------------------------------------------------------
+
+    @property
+    def cluster(self) -> str:
+        """The cluster name."""
+        return self._cluster
+
+    @property
+    def settings(self) -> SlurmSettings:
+        """The backend's settings."""
+        return self._settings
+
+    @property
+    def commands(self) -> Runner:
+        """The command runner (its ``calls`` counts every Slurm command run)."""
+        return self._runner
+
+    def declarations(self) -> Declarations:
+        """The node-loss window (settings), ``requeue`` enforced natively (Slurm requeues a
+        requeueable job on preemption in REQUEUE mode and on node failure), the emergency
+        stop, and the cessation signal when a command is configured."""
+        return Declarations(
+            node_loss_window_s=self._settings.node_loss_window_s,
+            native_actions=frozenset({Action.REQUEUE}),
+            cessation_signal=bool(self._settings.cessation_command),
+            emergency_stop=True,
+        )
+
+    async def start(self, launch: Launch) -> ObjectRef:
+        """Submit ``launch`` with ``sbatch --hold`` (the closed gate); return its job id.
+
+        Raises:
+            LaunchRefusedError: the spec can't be submitted, or sbatch said no (its words).
+            LaunchUnknownError: sbatch timed out, lost its connection mid-request, or
+                printed no job id: a job may exist (discovery finds it by its comment).
+            Unreachable: sbatch could not reach slurmctld (nothing was made).
+        """
+        token = secrets.token_hex(4)
+        exclude = launch.exclude_nodes if self._settings.exclude_lost_nodes else ()
+        try:
+            sub = submission(launch, self._settings, token, exclude=exclude)
+        except InvalidSpec as err:
+            raise LaunchRefusedError(self._cluster, str(err)) from err
+        try:
+            result = await self._runner.run("sbatch", *sub.args, stdin=sub.script.encode())
+        except CommandTimeout as err:
+            raise LaunchUnknownError(self._cluster, err.detail) from err
+        except Unreachable as err:
+            if any(words in err.detail for words in _MAYBE_MADE):
+                raise LaunchUnknownError(self._cluster, err.detail) from err
+            raise
+        if result.returncode != 0:
+            raise LaunchRefusedError(self._cluster, result.words or "sbatch failed")
+        job_id = result.stdout.strip().split(";", 1)[0]
+        if not job_id.isdigit():
+            raise LaunchUnknownError(
+                self._cluster, f"sbatch printed no job id: {result.stdout.strip()!r}"
+            )
+        log.info(
+            "slurm.job.submitted",
+            extra={
+                "job_id": launch.intent.job_id,
+                "slurm_job": job_id,
+                "submission": launch.submission,
+                "attempt": launch.attempt,
+            },
+        )
+        return ObjectRef(cluster=self._cluster, id=job_id)
+
+    async def _queue_state(self, ref: ObjectRef) -> tuple[str, str]:
+        result = await self._runner.run(
+            "squeue", "-h", "-t", "all", "-j", ref.id, "-O", "State:|,Reason:|"
+        )
+        if result.returncode != 0:
+            if _INVALID_JOB in result.words:
+                raise ObjectNotFound(self._cluster, ref.id)
+            raise BackendError(self._cluster, f"squeue -j {ref.id}: {result.words}")
+        line = result.stdout.strip()
+        if not line:
+            raise ObjectNotFound(self._cluster, ref.id)
+        state, _, rest = line.partition("|")
+        return state.strip(), rest.split("|", 1)[0].strip()
+
+    async def open_gate(self, ref: ObjectRef) -> None:
+        """Open dispatch's gate: ``scontrol release`` of a job held by its user hold
+        (``JobHeldUser``). A job that is not held (released, running, ended) is left alone;
+        an administrator's hold is never released (``scontrol release`` as root would
+        release it too, so the reason is checked first).
+
+        Raises:
+            AdminHeldError: ``JobHeldAdmin``.
+            ObjectNotFound: slurmctld doesn't know the job.
+            Unreachable: slurmctld can't be reached.
+        """
+        state, reason = await self._queue_state(ref)
+        if reason == ADMIN_HOLD:
+            raise AdminHeldError(self._cluster, ref.id)
+        if state != "PENDING" or reason != USER_HOLD:
+            return
+        result = await self._runner.run("scontrol", "release", ref.id)
+        if result.returncode != 0 and "already finished" not in result.words:
+            raise BackendError(self._cluster, f"scontrol release {ref.id}: {result.words}")
+        log.info("slurm.gate.opened", extra={"slurm_job": ref.id})
+
+    async def stop(self, ref: ObjectRef) -> None:
+        """``scancel`` (SIGTERM, ``KillWait``, SIGKILL; a pending job ends without running).
+        scancel exits 0 for an unknown or finished job (lab trap), so stopping one that
+        ended is not an error.
+
+        Raises:
+            Unreachable: slurmctld can't be reached.
+            BackendError: scancel said no.
+        """
+        result = await self._runner.run("scancel", ref.id)
+        if result.returncode != 0 and _INVALID_JOB not in result.words:
+            raise BackendError(self._cluster, f"scancel {ref.id}: {result.words}")
+        log.info("slurm.job.stopping", extra={"slurm_job": ref.id})
+
+    async def emergency_stop(self, ref: ObjectRef) -> None:
+        """``scancel --signal=KILL --full`` (SIGKILL to the batch script, its children and
+        every step), then ``scancel`` (which ends a job still pending).
+
+        Measured on 22.05 with ``proctrack/linuxproc`` (see ``examples/slurm/README.md``):
+        slurmctld turns a SIGKILL of the whole job into its normal termination, so the
+        processes still get SIGTERM and the kill wait; ``--batch`` would kill the batch
+        shell at once but let its children escape, so it is not used.
+
+        Raises:
+            Unreachable: slurmctld can't be reached.
+        """
+        await self._runner.run("scancel", "--signal=KILL", "--full", ref.id)
+        await self.stop(ref)
+        log.info("slurm.job.emergency_stop", extra={"slurm_job": ref.id})
+
+    async def discover(self) -> Snapshot:
+        """Every job of dispatch's on the cluster, from at most 3 commands (see the module
+        docstring).
+
+        Raises:
+            Unreachable: squeue or sinfo could not reach slurmctld, or printed what can't be
+                parsed (the poll changes nothing).
+        """
+        async with self._lock:
+            return await self._discover()
+
+    async def _discover(self) -> Snapshot:
+        before = self._runner.calls
+        now = self._clock()
+        jobs = await self._squeue()
+        own = [j for j in jobs if dispatch_job_id(j.name) is not None]
+        nodes: dict[str, NodeState] | None = None
+        rows: list[AcctRow] | None = None
+        if own:
+            nodes, rows = await asyncio.gather(self._sinfo(), self._sacct(own))
+        objects = observe_all(
+            own,
+            rows,
+            nodes,
+            cluster=self._cluster,
+            now=now,
+            memory=self._memory,
+            accounting=self._settings.accounting,
+            grace_s=self._settings.accounting_grace_s,
+            user_name=_user_name,
+        )
+        return Snapshot(
+            cluster=self._cluster,
+            seen_at=now,
+            objects=objects,
+            calls=self._runner.calls - before,
+        )
+
+    async def _squeue(self) -> list[QueueJob]:
+        if self._settings.queue_format is QueueFormat.JSON:
+            result = await self._runner.run("squeue", "--json")
+            self._check(result)
+            try:
+                return [j for j in parse_squeue_json(result.stdout) if j.user == self._user]
+            except ParseError as err:
+                raise Unreachable(self._cluster, f"squeue --json: {err}") from err
+        result = await self._runner.run(
+            "squeue", "-h", "-t", "all", "-u", self._user, "-O", _QUEUE_FORMAT
+        )
+        self._check(result)
+        try:
+            return parse_squeue_text(result.stdout)
+        except ParseError as err:
+            raise Unreachable(self._cluster, f"squeue: {err}") from err
+
+    async def _sinfo(self) -> dict[str, NodeState]:
+        result = await self._runner.run("sinfo", "-h", "-N", "-o", _SINFO_FORMAT)
+        self._check(result)
+        try:
+            return parse_sinfo(result.stdout)
+        except ParseError as err:
+            raise Unreachable(self._cluster, f"sinfo: {err}") from err
+
+    async def _sacct(self, jobs: list[QueueJob]) -> list[AcctRow] | None:
+        """sacct for ``jobs`` (all of dispatch's: one call), or ``None`` when accounting is
+        off or couldn't be read this poll (then causes wait, within the grace)."""
+        accounting = self._settings.accounting
+        if accounting is Accounting.NONE:
+            return None
+        ids = ",".join(sorted({j.raw_id for j in jobs}, key=int))
+        args = ["-P", "-n", "-X", "--duplicates", "-o", _ACCT_FORMAT, "-j", ids]
+        if accounting is Accounting.JOBCOMP:
+            args.insert(0, "-c")
+        try:
+            result = await self._runner.run("sacct", *args)
+        except Unreachable as err:
+            log.warning("slurm.sacct.unreachable", extra={"detail": err.detail})
+            return None
+        if result.returncode != 0:
+            log.warning("slurm.sacct.failed", extra={"detail": result.words})
+            return None
+        try:
+            return parse_sacct(result.stdout)
+        except ParseError as err:
+            log.warning("slurm.sacct.unreadable", extra={"detail": str(err)})
+            return None
+
+    def _check(self, result: CommandResult) -> None:
+        if result.returncode != 0:
+            raise Unreachable(
+                self._cluster, f"{result.argv[0]} exited {result.returncode}: {result.words}"
+            )
+
+
+class SlurmBackendWithCessation(SlurmBackend):
+    """A :class:`SlurmBackend` with the site's cessation signal (seed 004): the settings'
+    ``cessation_command``."""
+
+    async def cessation(self, ref: ObjectRef, nodes: tuple[str, ...]) -> CessationAnswer:
+        """Run the site's command with ``{job_id}`` and ``{nodes}`` substituted; exit 0 means
+        the processes are gone. A command that fails to run or times out answers "not
+        ceased" with the reason (a person may still decide)."""
+        argv = [
+            arg.replace("{job_id}", ref.id).replace("{nodes}", ",".join(nodes))
+            for arg in self._settings.cessation_command
+        ]
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+        except OSError as err:
+            return CessationAnswer(ceased=False, detail=f"cannot run {argv[0]}: {err}")
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), self._settings.cessation_timeout_s)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            return CessationAnswer(
+                ceased=False,
+                detail=f"{argv[0]} did not answer within {self._settings.cessation_timeout_s:g} s",
+            )
+        words = out.decode(errors="replace").strip()[-500:]
+        code = proc.returncode
+        return CessationAnswer(
+            ceased=code == 0,
+            detail=f"{argv[0]} exited {code}" + (f": {words}" if words else ""),
+        )
+
+
+def make_slurm_backend(cluster: str, settings: SlurmSettings) -> SlurmBackend:
+    """The backend for ``cluster``: with the cessation signal exactly when the settings
+    name a command (so ``declarations().cessation_signal`` matches the interface)."""
+    if settings.cessation_command:
+        return SlurmBackendWithCessation(cluster, settings)
+    return SlurmBackend(cluster, settings)

@@ -1,0 +1,302 @@
+"""The cause table: from Slurm's words to a :class:`Cause` (pure; no I/O).
+
+Slurm's own words are kept verbatim in ``Cause.detail``: the State (from sacct when it has
+the job, which names the uid of a cancel: ``CANCELLED by 0``; else from slurmctld), the
+exit status ``code:signal`` (slurmctld's, which keeps the signal that sacct's job row zeroes
+for jobs Slurm ended), and slurmctld's state reason in brackets when it has one. For
+example ``FAILED 3:0 (NonZeroExitCode)``, ``CANCELLED by 0 0:15``, ``TIMEOUT 0:15
+(TimeLimit)``, ``FAILED 0:9 (JobLaunchFailure)``. sacct's own ``Reason`` is left out: it is
+the job's last *pending* reason, never why it ended (deploy/slurm/README.md, "Other traps").
+
+Sources: [D] ``deploy/slurm/README.md`` "Findings" (real Slurm 22.05 with accounting), [L]
+``shared/slurm-lab/README.md`` "Observed strings per scenario", [S] Slurm's documented job
+state codes (``squeue(1)`` "JOB STATE CODES"), [0] seed 000 (never stretch the list:
+``unknown`` with the words, never a guess).
+
+=================================  ===============  ===========  ==========  =========
+Slurm says (State, exit)           kind             provenance   exit_code   source
+=================================  ===============  ===========  ==========  =========
+``COMPLETED``                      ``none``         application  0           [L] exit 0
+``FAILED`` ``N:0``, N > 0          non-zero-exit    application  N           [L] exit 1/3
+``FAILED`` ``0:S`` (a signal)      ``unknown``      scheduler    ``None``    [L] OOM
+                                                                             without cgroup
+                                                                             is ``FAILED
+                                                                             0:9
+                                                                             JobLaunchFailure``:
+                                                                             a SIGKILL,
+                                                                             cause unsaid
+``FAILED`` ``0:0`` or no code      ``unknown``      scheduler    ``None``    [0]
+``TIMEOUT``                        time-limit       scheduler    ``None``    [L], [D] codes
+                                                                             racy (``0:15``
+                                                                             or ``143:0``):
+                                                                             by State only
+``PREEMPTED``                      preempted        scheduler    ``None``    [L] CANCEL mode;
+                                                                             [D] sacct row of
+                                                                             a REQUEUE-mode
+                                                                             run
+``NODE_FAIL``                      node-lost        scheduler    ``None``    [L], [D]
+``OUT_OF_MEMORY``                  out-of-memory    scheduler    ``None``    [L] cgroup
+                                                                             ``0:125``
+``CANCELLED by <uid>``             cancelled        actor (uid)  ``None``    [D] sacct
+``CANCELLED`` (no uid known)       cancelled        scheduler    ``None``    [L] squeue,
+                                                                             jobcomp
+``REQUEUED`` (an earlier run)      requeued         scheduler    ``None``    [D] ``scontrol
+                                                                             requeue``
+``PENDING`` (an earlier run, the   requeued         scheduler    ``None``    [L] jobcomp
+jobcomp file)                                                                file
+``BOOT_FAIL``                      launch-failed    scheduler    ``None``    [S] "terminated
+                                                                             due to launch
+                                                                             failure,
+                                                                             typically
+                                                                             hardware"
+``DEADLINE``, after it ran         time-limit       scheduler    ``None``    [S] "terminated
+                                                                             on deadline"
+``DEADLINE``, never ran            ``unknown``      scheduler    ``None``    [0] why it never
+                                                                             started is
+                                                                             unsaid
+``REVOKED`` and anything else      ``unknown``      scheduler    ``None``    [0]
+=================================  ===============  ===========  ==========  =========
+
+**Gates** ([L] holds): ``PENDING`` with reason ``JobHeldUser`` is dispatch's own closed gate
+(``sbatch --hold``; also ``scontrol uhold``, which reads the same); ``JobHeldAdmin`` is
+``admin-held`` (cause ``held``, provenance scheduler, the words kept); so are
+``SPECIAL_EXIT`` and ``RESV_DEL_HOLD`` (held by Slurm itself, [S]). Anything else is open.
+
+**Phases**: ``PENDING``, ``CONFIGURING`` (nodes booting), ``REQUEUE_HOLD``, ``REQUEUED``,
+``REQUEUE_FED``, ``SPECIAL_EXIT``, ``RESV_DEL_HOLD`` are ``pending``; ``RUNNING``,
+``SUSPENDED``, ``STOPPED``, ``RESIZING`` are ``running`` (the processes exist);
+``COMPLETING``, ``SIGNALING``, ``STAGE_OUT`` are ``stopping``; the ending states above are
+``ended``; anything else is ``unknown`` with the words.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Final
+
+from dispatch_backends.slurm.parse import ExitStatus
+from dispatch_core.state import (
+    Actor,
+    ActorKind,
+    Cause,
+    CauseKind,
+    GateState,
+    ObjectPhase,
+    Provenance,
+)
+
+__all__ = [
+    "ADMIN_HOLD",
+    "ENDED_STATES",
+    "USER_HOLD",
+    "actor_uid",
+    "cancel_actor",
+    "detail",
+    "end_cause",
+    "gate_of",
+    "held_cause",
+    "phase_of",
+    "run_cause",
+]
+
+ENDED_STATES: Final = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "TIMEOUT",
+        "PREEMPTED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "CANCELLED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "REVOKED",
+    }
+)
+"""States in which the job (this run of it) is over [S]."""
+
+_PENDING_STATES: Final = frozenset(
+    {
+        "PENDING",
+        "CONFIGURING",
+        "REQUEUE_HOLD",
+        "REQUEUED",
+        "REQUEUE_FED",
+        "SPECIAL_EXIT",
+        "RESV_DEL_HOLD",
+    }
+)
+_RUNNING_STATES: Final = frozenset({"RUNNING", "SUSPENDED", "STOPPED", "RESIZING"})
+_STOPPING_STATES: Final = frozenset({"COMPLETING", "SIGNALING", "STAGE_OUT"})
+_STOPPING_FLAGS: Final = frozenset({"COMPLETING", "SIGNALING", "STAGE_OUT"})
+
+USER_HOLD: Final = "JobHeldUser"
+"""The pending reason of dispatch's own gate, ``sbatch --hold`` [L]."""
+ADMIN_HOLD: Final = "JobHeldAdmin"
+"""The pending reason of an administrator's hold, ``scontrol hold`` by root [L]."""
+_SYSTEM_HOLD_STATES: Final = frozenset({"SPECIAL_EXIT", "RESV_DEL_HOLD"})
+
+
+def phase_of(state: str, flags: frozenset[str] = frozenset()) -> ObjectPhase:
+    """The phase of a job in ``state`` (with v0.0.40+ state ``flags``)."""
+    if state in ENDED_STATES:
+        return ObjectPhase.STOPPING if flags & _STOPPING_FLAGS else ObjectPhase.ENDED
+    if state in _STOPPING_STATES or flags & _STOPPING_FLAGS:
+        return ObjectPhase.STOPPING
+    if state in _RUNNING_STATES:
+        return ObjectPhase.RUNNING
+    if state in _PENDING_STATES:
+        return ObjectPhase.PENDING
+    return ObjectPhase.UNKNOWN
+
+
+def gate_of(state: str, reason: str) -> GateState:
+    """The start gate of a job (see the module docstring, "Gates")."""
+    if state in _SYSTEM_HOLD_STATES:
+        return GateState.ADMIN_HELD
+    if state not in _PENDING_STATES:
+        return GateState.OPEN
+    if reason == ADMIN_HOLD:
+        return GateState.ADMIN_HELD
+    if reason == USER_HOLD:
+        return GateState.CLOSED
+    return GateState.OPEN
+
+
+def detail(words: str, exit: ExitStatus | None = None, reason: str = "") -> str:
+    """Slurm's words: ``<State> <code:signal> (<reason>)`` (parts that are missing are left
+    out; a reason ``None`` is no reason)."""
+    text = words
+    if exit is not None:
+        text += f" {exit.words}"
+    if reason and reason != "None":
+        text += f" ({reason})"
+    return text
+
+
+def held_cause(state: str, reason: str, at: datetime | None = None) -> Cause:
+    """The cause of an admin-held gate: ``held``, provenance scheduler, Slurm's words."""
+    return Cause(
+        kind=CauseKind.HELD,
+        provenance=Provenance.SCHEDULER,
+        detail=detail(state, None, reason),
+        at=at,
+    )
+
+
+def cancel_actor(uid: int, user: str | None = None) -> Actor:
+    """The actor of ``CANCELLED by <uid>``: ``<user> (uid N)`` when the uid resolves, else
+    ``uid N``. A Slurm user is taken for a person (dispatch recognises its own stops from the
+    record, not from the uid)."""
+    name = f"{user} (uid {uid})" if user else f"uid {uid}"
+    return Actor(name=name, kind=ActorKind.HUMAN)
+
+
+def _scheduler(kind: CauseKind, text: str, at: datetime | None) -> Cause:
+    return Cause(kind=kind, provenance=Provenance.SCHEDULER, detail=text, at=at)
+
+
+def end_cause(
+    state: str,
+    *,
+    words: str | None = None,
+    exit: ExitStatus | None = None,
+    reason: str = "",
+    ran: bool = True,
+    actor: Actor | None = None,
+    at: datetime | None = None,
+) -> Cause:
+    """The cause of a run that ended in ``state`` (the table in the module docstring).
+
+    Args:
+        state: the base state (``CANCELLED``, not ``CANCELLED by 0``).
+        words: the State verbatim, when a source says more (sacct's ``CANCELLED by 0``);
+            default ``state``.
+        exit: the exit status, when known.
+        reason: slurmctld's state reason (``NonZeroExitCode``, ``TimeLimit``, ...).
+        ran: whether the run started (``DEADLINE`` is a time limit only then).
+        actor: who cancelled it (from ``CANCELLED by <uid>``), for ``CANCELLED``.
+        at: when it ended, when known.
+    """
+    text = detail(words or state, exit, reason)
+    match state:
+        case "COMPLETED":
+            return Cause(
+                kind=CauseKind.NONE,
+                provenance=Provenance.APPLICATION,
+                detail=text,
+                exit_code=exit.code if exit is not None and exit.signal == 0 else 0,
+                at=at,
+            )
+        case "FAILED":
+            if exit is not None and exit.signal == 0 and exit.code > 0:
+                return Cause(
+                    kind=CauseKind.NON_ZERO_EXIT,
+                    provenance=Provenance.APPLICATION,
+                    detail=text,
+                    exit_code=exit.code,
+                    at=at,
+                )
+            return _scheduler(CauseKind.UNKNOWN, text, at)
+        case "TIMEOUT":
+            return _scheduler(CauseKind.TIME_LIMIT, text, at)
+        case "PREEMPTED":
+            return _scheduler(CauseKind.PREEMPTED, text, at)
+        case "NODE_FAIL":
+            return _scheduler(CauseKind.NODE_LOST, text, at)
+        case "OUT_OF_MEMORY":
+            return _scheduler(CauseKind.OUT_OF_MEMORY, text, at)
+        case "CANCELLED":
+            if actor is not None:
+                return Cause(
+                    kind=CauseKind.CANCELLED,
+                    provenance=Provenance.ACTOR,
+                    actor=actor,
+                    detail=text,
+                    at=at,
+                )
+            return _scheduler(CauseKind.CANCELLED, text, at)
+        case "REQUEUED":
+            return _scheduler(CauseKind.REQUEUED, text, at)
+        case "BOOT_FAIL":
+            return _scheduler(CauseKind.LAUNCH_FAILED, text, at)
+        case "DEADLINE":
+            return _scheduler(CauseKind.TIME_LIMIT if ran else CauseKind.UNKNOWN, text, at)
+        case _:
+            return _scheduler(CauseKind.UNKNOWN, text, at)
+
+
+def actor_uid(words: str) -> int | None:
+    """The uid of ``CANCELLED by <uid>`` (trailing words, if any, ignored), else ``None``."""
+    parts = words.split()
+    if len(parts) >= 3 and parts[0] == "CANCELLED" and parts[1] == "by" and parts[2].isdigit():
+        return int(parts[2])
+    return None
+
+
+def run_cause(
+    words: str,
+    exit: ExitStatus | None,
+    *,
+    actor: Actor | None = None,
+    at: datetime | None = None,
+    jobcomp: bool = False,
+) -> Cause | None:
+    """The cause of an earlier run of a job Slurm requeued, from its sacct row; ``None``
+    while the row is not final yet (sacct lags: treat "not final" as "not yet", [D]).
+
+    Args:
+        words: the row's State verbatim (``PREEMPTED``, ``NODE_FAIL``, ``REQUEUED``,
+            ``FAILED``: a job requeued after it failed keeps its ``FAILED 1:0`` row, [L]).
+        exit: the row's exit status (``0:0`` for every run Slurm ended, [D]).
+        actor: the canceller, for ``CANCELLED by <uid>``.
+        at: the row's end.
+        jobcomp: the row comes from the jobcomp file, which records a requeue by
+            ``scontrol`` as ``PENDING`` [L].
+    """
+    state = words.split(" ", 1)[0]
+    if jobcomp and state == "PENDING":
+        return _scheduler(CauseKind.REQUEUED, detail(words, exit), at)
+    if state not in ENDED_STATES and state != "REQUEUED":
+        return None
+    return end_cause(state, words=words, exit=exit, actor=actor, at=at)
