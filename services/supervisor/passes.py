@@ -1,0 +1,714 @@
+"""One supervisor pass of one job (docs/runtime.md, "One pass").
+
+1. Read what is new in the record since the cached fold and fold it in (``prior=``); take
+   the latest Discovery of the job's cluster.
+2. ``next_steps(job, discovery, declarations, now)``.
+3. **Decisions** (``Commit`` events, and the intents of ``Launch`` and ``Stop``) are appended
+   together, all or none, with ``Nats-Expected-Last-Subject-Sequence`` = the seq the pass
+   planned from. A ``ConcurrencyConflict`` means another writer got there first: re-read,
+   re-fold, re-plan; a stale decision is never carried out.
+4. **Actions** are carried out after their intent is committed: ``Stop`` (or the emergency
+   stop), ``OpenGate``, ``Launch`` (backend ``start``), ``AskCessation``, ``Deliver``.
+5. **Facts** (what the actions found: ``GateOpened``, ``LaunchRecorded`` / ``Refused`` /
+   ``Unknown``, ``CessationObserved``, ``EscalationDelivered``) are appended with the current
+   last seq, and on a conflict re-read and appended again without re-deciding: a fact stays
+   true whatever was appended meanwhile. A fact the record already holds in another form (a
+   launch another replica found in the meantime) is dropped: the record's own ``fold``
+   decides, so the record is never made malformed.
+6. The Status is projected and published when it (or the next deadline) changed, with
+   optimistic concurrency on the status subject, never over a Status of a newer record seq.
+
+**Message ids.** A fact's ``Nats-Msg-Id`` is derived from its step's key, so two writers of
+the same fact store it once. A decision's is the step's key *plus this writer's token*: two
+replicas planning from the same version decide the same steps with the same keys, and the
+record store resolves an append whose msg id it finds stored as "mine, already stored"; with
+the bare key, the replica that lost the race would take the winner's launch intent for its
+own and launch the same attempt a second time. With the token it gets a plain conflict and
+re-plans.
+
+**Escalations (seed 002).** With an in-process ``deliver``, each pass's ``Deliver`` step (the
+escalations the record held, undelivered, when the pass began) is offered after the pass's
+other steps, and ``EscalationDelivered`` is appended for each one ``deliver`` returned for; one
+that raised is offered again after the next pass. When a pass settles the job, the last look
+re-reads the record and offers, once, what is left undelivered and was not offered in this
+pass; a job that is settled when a pass begins gets no more deliveries (seed 002: "once the
+job has settled, Run returns after one attempt"). Without ``deliver`` (the notifier delivers)
+``Deliver`` steps are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Final
+
+import msgspec
+
+from dispatch_backends import (
+    Backend,
+    BackendError,
+    CessationSignal,
+    EmergencyStopper,
+    LaunchRefusedError,
+    LaunchUnknownError,
+    Unreachable,
+)
+from dispatch_core import (
+    AskCessation,
+    CessationObserved,
+    Commit,
+    DecodeError,
+    Deliver,
+    Discovery,
+    DispatchError,
+    EscalationCommitted,
+    EscalationDelivered,
+    GateOpened,
+    Job,
+    JobEvent,
+    Launch,
+    LaunchRecorded,
+    LaunchRefused,
+    LaunchUnknown,
+    MalformedRecord,
+    OpenGate,
+    OutOfOrderEvent,
+    Pass,
+    Status,
+    Step,
+    Stop,
+    decode,
+    decode_event,
+    encode,
+    fold,
+    next_steps,
+    project,
+    settled,
+)
+from dispatch_nats import ConcurrencyConflict, LatestEntry
+from dispatch_nats.contract import WAKE_AT_HEADER
+from services.supervisor.metrics import SupervisorMetrics
+from services.supervisor.ports import DeliverFn, LatestPort, RecordPort
+
+__all__ = [
+    "PassError",
+    "PassExecutor",
+    "PassOutcome",
+    "PoisonRecord",
+    "TooManyConflicts",
+    "UnknownCluster",
+    "step_kind",
+]
+
+log = logging.getLogger("dispatch.supervisor")
+
+_MAX_REPLANS: Final = 20
+_MAX_FACT_TRIES: Final = 20
+_MAX_STATUS_TRIES: Final = 5
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+"""Stands in for ``Status.at`` when statuses are compared: a Status that differs only in
+when it was projected is not a change."""
+
+
+class PassError(Exception):
+    """Root of the errors a pass raises. ``retryable`` says whether running it again may
+    succeed (the deliveries are offered again) or not (they are dropped, and logged)."""
+
+    retryable: bool = True
+
+
+class PoisonRecord(PassError):
+    """The job's record can't be decoded or folded: dispatch did not write it."""
+
+    retryable = False
+
+    def __init__(self, job_id: str, error: Exception) -> None:
+        super().__init__(f"job {job_id!r}: the record can't be read: {error}")
+        self.job_id, self.error = job_id, error
+
+
+class UnknownCluster(PassError):
+    """The job runs on a cluster this replica has no backend for."""
+
+    retryable = False
+
+    def __init__(self, job_id: str, cluster: str, known: Sequence[str]) -> None:
+        super().__init__(
+            f"job {job_id!r}: cluster {cluster!r} is not in the clusters file "
+            f"(clusters: {', '.join(known) or 'none'})"
+        )
+        self.job_id, self.cluster = job_id, cluster
+
+
+class TooManyConflicts(PassError):
+    """Other writers kept extending the record faster than this replica could plan."""
+
+    def __init__(self, job_id: str, tries: int) -> None:
+        super().__init__(f"job {job_id!r}: {tries} conflicting appends in a row; try later")
+        self.job_id = job_id
+
+
+class PassOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """What one pass did.
+
+    Attributes:
+        job_id: the job.
+        found: whether the job has a record at all.
+        seq: the record's last seq as this replica knows it after the pass.
+        planned_seq: the seq the pass's decisions were planned from.
+        appended: events this pass appended (decisions and facts).
+        settled: whether the job is settled (seed 002: supervision of it is over).
+        wake_at: the job's next deadline, or None.
+        retry: an action failed in a way worth trying again soon (scheduler unreachable).
+        status: the Status published (or found current).
+        steps: steps carried out.
+    """
+
+    job_id: str
+    found: bool = True
+    seq: int = 0
+    planned_seq: int = 0
+    appended: int = 0
+    settled: bool = False
+    wake_at: datetime | None = None
+    retry: bool = False
+    status: Status | None = None
+    steps: int = 0
+
+
+class _Published(msgspec.Struct, kw_only=True):
+    """The job's Status as last seen on the status stream (published here or elsewhere)."""
+
+    stream_seq: int
+    record_seq: int
+    comparable: bytes
+
+
+def step_kind(step: Step) -> str:
+    """The step's tag (``commit``, ``launch``, ``open-gate``, ``stop``, ...)."""
+    tag = type(step).__struct_config__.tag
+    return str(tag) if tag is not None else type(step).__name__
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _decisions(steps: Sequence[Step]) -> list[tuple[str, JobEvent]]:
+    """The events a pass decides, in step order: commits, stop intents, launch intents."""
+    out: list[tuple[str, JobEvent]] = []
+    for step in steps:
+        match step:
+            case Commit():
+                out.append((step.key, step.event))
+            case Stop():
+                out.append((step.key, step.intent))
+            case Launch():
+                out.append((step.key, step.intent))
+            case _:
+                pass
+    return out
+
+
+class PassExecutor:
+    """Runs passes of jobs, keeping each job's fold and last Status between passes.
+
+    One executor per replica. It does not serialise passes of one job: its caller does (a
+    per-job lock); passes of different jobs may run concurrently.
+    """
+
+    def __init__(
+        self,
+        *,
+        records: RecordPort,
+        discoveries: LatestPort,
+        statuses: LatestPort,
+        backends: Mapping[str, Backend],
+        metrics: SupervisorMetrics,
+        deliver: DeliverFn | None = None,
+        channel: str = "in-process",
+        clock: Callable[[], datetime] = _utcnow,
+        writer: str | None = None,
+        launch_retry_s: float = 30.0,
+        crash_after_intent: bool = False,
+    ) -> None:
+        """Prepare the executor.
+
+        Args:
+            records: the record store.
+            discoveries: the discovery stream.
+            statuses: the status stream.
+            backends: the backend of each cluster, by name.
+            metrics: where to count.
+            deliver: seed 002's ``Deliver``; None when the notifier delivers.
+            channel: recorded in ``EscalationDelivered.channel``.
+            clock: the time of a pass (timezone-aware).
+            writer: this writer's token in decisions' msg ids (default: a fresh random one).
+            launch_retry_s: seconds a start is retried while the scheduler is unreachable
+                (nothing was created) before its outcome is recorded unknown.
+            crash_after_intent: TEST HOOK: SIGKILL this process right after a launch
+                intent is committed, before the backend is called.
+        """
+        self._records = records
+        self._discoveries = discoveries
+        self._statuses = statuses
+        self._backends = dict(backends)
+        self._metrics = metrics
+        self._deliver = deliver
+        self._channel = channel
+        self._clock = clock
+        self._writer = writer or uuid.uuid4().hex[:12]
+        self._launch_retry_s = launch_retry_s
+        self._crash_after_intent = crash_after_intent
+        self._jobs: dict[str, Job] = {}
+        self._published: dict[str, _Published] = {}
+
+    @property
+    def writer(self) -> str:
+        """This writer's token (part of each decision's msg id)."""
+        return self._writer
+
+    def cached_seq(self, job_id: str) -> int:
+        """The last record seq folded into this replica's cache of the job (0 if none)."""
+        job = self._jobs.get(job_id)
+        return 0 if job is None else job.seq
+
+    def cached(self, job_id: str) -> Job | None:
+        """The job as this replica last folded it."""
+        return self._jobs.get(job_id)
+
+    def note_status(self, job_id: str, entry: LatestEntry) -> Status | None:
+        """Take note of a Status seen on the status stream (from any replica).
+
+        Returns:
+            The decoded Status, or None if it can't be decoded (logged).
+        """
+        try:
+            status = decode(entry.payload, Status)
+        except DecodeError as err:
+            log.error("supervisor.status_undecodable", extra={"job_id": job_id, "error": str(err)})
+            return None
+        current = self._published.get(job_id)
+        if current is None or entry.seq > current.stream_seq:
+            self._published[job_id] = _Published(
+                stream_seq=entry.seq,
+                record_seq=status.seq,
+                comparable=_comparable(status, entry.headers.get(WAKE_AT_HEADER)),
+            )
+        return status
+
+    # -- the pass ---------------------------------------------------------------------------
+
+    async def run_pass(self, job_id: str) -> PassOutcome:
+        """Run one pass of ``job_id`` (see the module docstring).
+
+        Returns:
+            What it did; ``found=False`` when the job has no record.
+
+        Raises:
+            PoisonRecord: the record can't be decoded or folded.
+            UnknownCluster: the job's cluster has no backend here.
+            TooManyConflicts: every re-plan lost a race.
+            dispatch_nats.NatsStoreError: the store failed (retry later).
+        """
+        started = time.monotonic()
+        appended = 0
+        for _ in range(_MAX_REPLANS):
+            job = await self._refresh(job_id)
+            if job is None:
+                return PassOutcome(job_id=job_id, found=False)
+            backend = self._backend(job)
+            discovery = await self._discovery(job)
+            now = self._clock()
+            already = settled(job, discovery)
+            plan = next_steps(job, discovery, backend.declarations(), now)
+            if already and all(isinstance(s, Deliver) for s in plan.steps):
+                # Settled when the pass began: supervision of it is over (seed 002, the
+                # last look happened when it settled).
+                plan = Pass(steps=(), wake_at=plan.wake_at, settled=True)
+            planned_seq = job.seq
+            decisions = _decisions(plan.steps)
+            if decisions:
+                try:
+                    await self._commit(job, decisions, now)
+                except ConcurrencyConflict:
+                    self._metrics.conflicts.labels("decision").inc()
+                    log.info(
+                        "supervisor.replan", extra={"job_id": job_id, "planned_seq": planned_seq}
+                    )
+                    continue
+                appended += len(decisions)
+                if self._crash_after_intent and any(isinstance(s, Launch) for s in plan.steps):
+                    log.warning("supervisor.crash_after_intent", extra={"job_id": job_id})
+                    logging.shutdown()
+                    os.kill(os.getpid(), signal.SIGKILL)
+            break
+        else:
+            raise TooManyConflicts(job_id, _MAX_REPLANS)
+        offered: set[str] = set()
+        retry = False
+        for step in plan.steps:
+            self._metrics.steps.labels(step_kind(step)).inc()
+            match step:
+                case Commit():
+                    if isinstance(step.event, EscalationCommitted):
+                        kind = step.event.id.split(":", 1)[0]
+                        self._metrics.escalations.labels(kind).inc()
+                case Stop():
+                    retry |= not await self._stop(job_id, backend, step)
+                case OpenGate():
+                    ok, n = await self._open_gate(job_id, backend, step)
+                    retry |= not ok
+                    appended += n
+                case Launch():
+                    appended += await self._launch(job_id, backend, step)
+                case AskCessation():
+                    ok, n = await self._ask_cessation(job_id, backend, step)
+                    retry |= not ok
+                    appended += n
+                case Deliver():
+                    if self._deliver is not None:
+                        offered.update(e.id for e in step.escalations)
+                        appended += await self._offer(job_id, step)
+                case _:
+                    log.error(
+                        "supervisor.unknown_step", extra={"job_id": job_id, "step": repr(step)}
+                    )
+        if plan.settled and self._deliver is not None and not already:
+            appended += await self._last_look(job_id, offered)
+        job = self._jobs[job_id]
+        status = await self._publish_status(job, discovery, plan.wake_at, now)
+        self._metrics.pass_duration.observe(time.monotonic() - started)
+        return PassOutcome(
+            job_id=job_id,
+            seq=job.seq,
+            planned_seq=planned_seq,
+            appended=appended,
+            settled=plan.settled,
+            wake_at=plan.wake_at,
+            retry=retry,
+            status=status,
+            steps=len(plan.steps),
+        )
+
+    # -- reading ----------------------------------------------------------------------------
+
+    async def _refresh(self, job_id: str) -> Job | None:
+        """Fold what is new in the job's record into the cache; return the job."""
+        prior = self._jobs.get(job_id)
+        entries = await self._records.read(job_id, 0 if prior is None else prior.seq)
+        if not entries:
+            return prior
+        try:
+            events = [(e.seq, decode_event(e.payload)) for e in entries]
+            job = fold(events, self._clock(), prior=prior)
+        except (DecodeError, MalformedRecord, OutOfOrderEvent) as err:
+            raise PoisonRecord(job_id, err) from err
+        self._jobs[job_id] = job
+        return job
+
+    def _backend(self, job: Job) -> Backend:
+        backend = self._backends.get(job.spec.cluster)
+        if backend is None:
+            raise UnknownCluster(job.job_id, job.spec.cluster, sorted(self._backends))
+        return backend
+
+    async def _discovery(self, job: Job) -> Discovery | None:
+        entry = await self._discoveries.get((job.spec.cluster, job.job_id))
+        if entry is None:
+            return None
+        try:
+            return decode(entry.payload, Discovery)
+        except DecodeError as err:
+            # The observer wrote it; a newer build's Discovery is refused, never guessed at.
+            log.error(
+                "supervisor.discovery_undecodable", extra={"job_id": job.job_id, "error": str(err)}
+            )
+            return None
+
+    # -- writing ----------------------------------------------------------------------------
+
+    async def _commit(self, job: Job, decisions: list[tuple[str, JobEvent]], now: datetime) -> None:
+        """Append the pass's decisions, all or none, over the version it planned from.
+
+        Raises:
+            ConcurrencyConflict: another writer extended the record first.
+        """
+        events = [event for _, event in decisions]
+        try:
+            # The planner's events must fold in step order; refuse to write a record
+            # dispatch's own fold would reject.
+            fold(
+                ((job.seq + i + 1, e) for i, e in enumerate(events)),
+                now,
+                prior=job,
+            )
+        except DispatchError:
+            log.exception("supervisor.malformed_decisions", extra={"job_id": job.job_id})
+            raise
+        seqs = await self._records.append_many(
+            job.job_id,
+            [encode(e) for e in events],
+            expected_last_seq=job.seq,
+            msg_ids=[f"{key}~{self._writer}" for key, _ in decisions],
+        )
+        self._jobs[job.job_id] = fold(zip(seqs, events, strict=True), now, prior=job)
+
+    async def _fact(self, job_id: str, key: str, event: JobEvent) -> int:
+        """Append a fact over whatever the record holds now; return 1 if appended, 0 if the
+        record already held it (or something that makes it moot)."""
+        for _ in range(_MAX_FACT_TRIES):
+            job = self._jobs[job_id]
+            if _redundant(job, event):
+                return 0
+            try:
+                fold(((job.seq + 1, event),), event.at, prior=job)
+            except MalformedRecord as err:
+                log.info(
+                    "supervisor.fact_moot",
+                    extra={"job_id": job_id, "fact": type(event).__name__, "why": str(err)},
+                )
+                return 0
+            try:
+                seq = await self._records.append(
+                    job_id, encode(event), expected_last_seq=job.seq, msg_id=key
+                )
+            except ConcurrencyConflict:
+                self._metrics.conflicts.labels("fact").inc()
+                await self._refresh(job_id)
+                continue
+            current = self._jobs[job_id]
+            if seq > current.seq:
+                self._jobs[job_id] = fold(((seq, event),), event.at, prior=current)
+                return 1
+            await self._refresh(job_id)  # stored before (same msg id): it is in the record
+            return 0
+        raise TooManyConflicts(job_id, _MAX_FACT_TRIES)
+
+    # -- actions ----------------------------------------------------------------------------
+
+    async def _stop(self, job_id: str, default: Backend, step: Stop) -> bool:
+        backend = self._backends.get(step.ref.cluster, default)
+        try:
+            if step.intent.emergency and isinstance(backend, EmergencyStopper):
+                await backend.emergency_stop(step.ref)
+            else:
+                await backend.stop(step.ref)
+        except BackendError as err:
+            log.warning(
+                "supervisor.stop_failed",
+                extra={"job_id": job_id, "ref": str(step.ref), "error": str(err)},
+            )
+            return False
+        log.info(
+            "supervisor.stopped",
+            extra={"job_id": job_id, "ref": str(step.ref), "why": step.intent.why},
+        )
+        return True
+
+    async def _open_gate(self, job_id: str, default: Backend, step: OpenGate) -> tuple[bool, int]:
+        backend = self._backends.get(step.ref.cluster, default)
+        try:
+            await backend.open_gate(step.ref)
+        except Unreachable as err:
+            log.warning(
+                "supervisor.open_gate_failed",
+                extra={"job_id": job_id, "ref": str(step.ref), "error": str(err)},
+            )
+            return False, 0
+        except BackendError as err:
+            # An admin hold, or the object vanished: the next Discovery shows which.
+            log.warning(
+                "supervisor.open_gate_refused",
+                extra={"job_id": job_id, "ref": str(step.ref), "error": str(err)},
+            )
+            return True, 0
+        log.info("supervisor.gate_opened", extra={"job_id": job_id, "ref": str(step.ref)})
+        fact = GateOpened(job_id=job_id, at=self._clock(), ref=step.ref)
+        return True, await self._fact(job_id, f"{step.key}:opened", fact)
+
+    async def _launch(self, job_id: str, backend: Backend, step: Launch) -> int:
+        n, a = step.submission, step.attempt
+        deadline = time.monotonic() + self._launch_retry_s
+        delay = 0.25
+        fact: JobEvent
+        while True:
+            try:
+                ref = await backend.start(step)
+            except Unreachable as err:
+                # Nothing was created (the Protocol's promise): the same start may be tried
+                # again, for a while, before the outcome is left to a person.
+                if time.monotonic() + delay < deadline:
+                    log.warning(
+                        "supervisor.launch_unreachable",
+                        extra={"job_id": job_id, "attempt": f"{n}/{a}", "error": str(err)},
+                    )
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+                    continue
+                detail = f"scheduler unreachable for {self._launch_retry_s:g} s: {err.detail}"
+                fact = LaunchUnknown(
+                    job_id=job_id, at=self._clock(), submission=n, attempt=a, detail=detail
+                )
+                outcome = "unknown"
+            except LaunchRefusedError as err:
+                fact = LaunchRefused(
+                    job_id=job_id, at=self._clock(), submission=n, attempt=a, detail=err.detail
+                )
+                outcome = "refused"
+            except LaunchUnknownError as err:
+                fact = LaunchUnknown(
+                    job_id=job_id, at=self._clock(), submission=n, attempt=a, detail=err.detail
+                )
+                outcome = "unknown"
+            except Exception as err:
+                # Whatever went wrong, an object may exist: the outcome is unknown, never
+                # assumed failed (DESIGN.md section 5).
+                log.exception("supervisor.launch_crashed", extra={"job_id": job_id})
+                fact = LaunchUnknown(
+                    job_id=job_id,
+                    at=self._clock(),
+                    submission=n,
+                    attempt=a,
+                    detail=f"{type(err).__name__}: {err}",
+                )
+                outcome = "unknown"
+            else:
+                fact = LaunchRecorded(
+                    job_id=job_id, at=self._clock(), submission=n, attempt=a, ref=ref
+                )
+                outcome = "recorded"
+            break
+        self._metrics.launches.labels(outcome).inc()
+        log.info(
+            "supervisor.launched",
+            extra={"job_id": job_id, "attempt": f"{n}/{a}", "outcome": outcome},
+        )
+        return await self._fact(job_id, f"{step.key}:{outcome}", fact)
+
+    async def _ask_cessation(
+        self, job_id: str, default: Backend, step: AskCessation
+    ) -> tuple[bool, int]:
+        backend = self._backends.get(step.ref.cluster, default)
+        if not isinstance(backend, CessationSignal):
+            return True, 0
+        try:
+            answer = await backend.cessation(step.ref, step.nodes)
+        except BackendError as err:
+            log.warning(
+                "supervisor.cessation_failed",
+                extra={"job_id": job_id, "ref": str(step.ref), "error": str(err)},
+            )
+            return False, 0
+        fact = CessationObserved(
+            job_id=job_id,
+            at=self._clock(),
+            ref=step.ref,
+            ceased=answer.ceased,
+            detail=answer.detail,
+        )
+        return True, await self._fact(job_id, f"{step.key}:answer", fact)
+
+    async def _offer(self, job_id: str, step: Deliver) -> int:
+        appended = 0
+        for escalation in step.escalations:
+            appended += await self._deliver_one(job_id, escalation.id)
+        return appended
+
+    async def _last_look(self, job_id: str, offered: set[str]) -> int:
+        """Seed 002: "when that pass settled the job, the supervisor's last look, which finds
+        the record settled, delivers it before Run returns" (once)."""
+        job = await self._refresh(job_id)
+        assert job is not None
+        appended = 0
+        for escalation in job.escalations:
+            if escalation.delivered is None and escalation.id not in offered:
+                appended += await self._deliver_one(job_id, escalation.id)
+        return appended
+
+    async def _deliver_one(self, job_id: str, escalation_id: str) -> int:
+        assert self._deliver is not None
+        escalation = self._jobs[job_id].escalation(escalation_id)
+        if escalation is None or escalation.delivered is not None:
+            return 0
+        try:
+            await self._deliver(job_id, escalation)
+        except Exception as err:  # the user's channel: any error means "offer it again"
+            self._metrics.delivered.labels("error").inc()
+            log.warning(
+                "supervisor.delivery_failed",
+                extra={"job_id": job_id, "escalation": escalation_id, "error": repr(err)},
+            )
+            return 0
+        self._metrics.delivered.labels("ok").inc()
+        fact = EscalationDelivered(
+            job_id=job_id, at=self._clock(), id=escalation_id, channel=self._channel
+        )
+        return await self._fact(job_id, f"{job_id}:delivered:{escalation_id}", fact)
+
+    # -- status -----------------------------------------------------------------------------
+
+    async def _publish_status(
+        self, job: Job, discovery: Discovery | None, wake_at: datetime | None, now: datetime
+    ) -> Status:
+        status = project(job, discovery, now)
+        wake = None if wake_at is None else wake_at.isoformat()
+        comparable = _comparable(status, wake)
+        current = self._published.get(job.job_id)
+        if current is not None and current.comparable == comparable:
+            return status
+        if current is None:
+            entry = await self._statuses.get((job.job_id,))
+            if entry is not None:
+                self.note_status(job.job_id, entry)
+                current = self._published.get(job.job_id)
+                if current is not None and current.comparable == comparable:
+                    return status
+        headers = {WAKE_AT_HEADER: wake} if wake is not None else None
+        payload = encode(status)
+        for _ in range(_MAX_STATUS_TRIES):
+            if current is not None and current.record_seq > status.seq:
+                return status  # a newer record's Status is there: never overwrite it
+            try:
+                seq = await self._statuses.put(
+                    (job.job_id,),
+                    payload,
+                    expected_last_seq=0 if current is None else current.stream_seq,
+                    headers=headers,
+                )
+            except ConcurrencyConflict:
+                self._metrics.conflicts.labels("status").inc()
+                entry = await self._statuses.get((job.job_id,))
+                if entry is not None:
+                    self.note_status(job.job_id, entry)
+                current = self._published.get(job.job_id)
+                continue
+            self._published[job.job_id] = _Published(
+                stream_seq=seq, record_seq=status.seq, comparable=comparable
+            )
+            return status
+        log.warning("supervisor.status_conflicts", extra={"job_id": job.job_id})
+        return status
+
+
+def _comparable(status: Status, wake_at: str | None) -> bytes:
+    return encode(msgspec.structs.replace(status, at=_EPOCH)) + b"|" + (wake_at or "").encode()
+
+
+def _redundant(job: Job, event: JobEvent) -> bool:
+    """Whether the record already holds what ``event`` says (another writer appended it)."""
+    match event:
+        case GateOpened():
+            obj = job.object(event.ref)
+            return obj is not None and obj.gate_opened_at is not None
+        case EscalationDelivered():
+            esc = job.escalation(event.id)
+            return esc is not None and esc.delivered is not None
+        case _:
+            return False
