@@ -70,6 +70,7 @@ from dispatch_nats import (
     ensure_streams,
 )
 from services.common.http import health_app, start_http
+from services.common.lifecycle import drain
 from services.common.logs import JobLogger
 from services.notifier.backoff import Backoff
 from services.notifier.channels import Channel, Notice, build_channel
@@ -575,7 +576,11 @@ def _find(job: Job, esc_id: str) -> Escalation | None:
 
 
 async def _connect(cfg: NotifierConfig, stop: asyncio.Event) -> NATS | None:
-    """Connect to NATS, trying until it answers or ``stop`` is set (then return None)."""
+    """Connect to NATS, trying until it answers or ``stop`` is set (then return None).
+
+    nats-py's ``connect`` with unlimited reconnects never returns while no server answers
+    (it retries the first connection too), so it is raced against ``stop``.
+    """
 
     async def error_cb(err: Exception) -> None:
         log.warning("nats.error", extra={"error": repr(err)})
@@ -613,11 +618,6 @@ async def _connect(cfg: NotifierConfig, stop: asyncio.Event) -> NATS | None:
         return None
     connecting.result()
     return nc
-
-
-async def _drain(nc: NATS) -> None:
-    with contextlib.suppress(nats.errors.Error, OSError, TimeoutError):
-        await nc.drain()
 
 
 async def _ensure_streams(
@@ -689,7 +689,7 @@ async def run(
         nc = await _connect(cfg, stop)
         if nc is None:
             return
-        stack.push_async_callback(_drain, nc)
+        stack.push_async_callback(drain, nc)
         if not await _ensure_streams(nc, cfg, layout, stop):
             return
         store = RecordStore(nc, layout=layout)

@@ -6,18 +6,23 @@ the notifier runs in-process (`start_notifier`); what it sent is what the receiv
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import itertools
 import logging
+import socket
 from datetime import datetime
 from pathlib import Path
 
 import aiohttp
 import pytest
+from prometheus_client import CollectorRegistry
 
 from dispatch_core import EscalationDelivered
 from dispatch_nats import RecordStore
+from services.notifier.config import NotifierConfig
+from services.notifier.service import run
 from tests.integration.notifier.conftest import StartNotifier
 from tests.integration.notifier.support import (
     Receiver,
@@ -427,3 +432,27 @@ async def test_health_and_metrics_endpoints(
             text = await resp.text()
     assert 'dispatch_notifier_deliveries_total{channel="webhook",outcome="accepted"} 1.0' in text
     assert "dispatch_notifier_oldest_undelivered_age_seconds" in text
+
+
+async def test_stops_promptly_while_nats_is_unreachable(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="dispatch.notifier")
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    cfg = NotifierConfig(nats_url=f"nats://127.0.0.1:{closed}", http_port=0)
+    stop = asyncio.Event()
+    task = asyncio.create_task(run(cfg, stop, registry=CollectorRegistry()))
+
+    def listening() -> int:
+        ports = [r.__dict__["port"] for r in caplog.records if r.getMessage() == "http.listening"]
+        assert ports
+        return int(ports[0])
+
+    port = await assert_eventually(listening)
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/healthz") as resp,
+    ):
+        assert resp.status == 503  # not ready: no NATS
+    stop.set()
+    await asyncio.wait_for(task, 10)

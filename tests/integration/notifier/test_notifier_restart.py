@@ -187,20 +187,28 @@ async def test_exactly_once_per_id_across_a_restart_mid_retry(
     assert catch_up[0]["undelivered"] in (0, 1)  # the sentinel may already be committed
 
 
-async def test_bad_configuration_exits_with_status_2_naming_the_variable(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"NOTIFIER_RETRY_BASE_SECONDS": "1"}, b"NOTIFIER_RETRY_BASE_SECONDS"),
+        ({"NOTIFIER_ROUTES": "failed:*=pager"}, b"no channel named 'pager'"),
+    ],
+    ids=["unknown-variable", "unknown-channel"],
+)
+async def test_bad_configuration_exits_with_status_2_naming_it(
+    env: dict[str, str], named: bytes
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NOTIFIER_")}
-    env.update(NOTIFIER_RETRY_BASE_SECONDS="1", NOTIFIER_ROUTES="failed:*=pager")
+    full = {k: v for k, v in os.environ.items() if not k.startswith("NOTIFIER_")}
+    full.update(env, NOTIFIER_NATS_URL="nats://127.0.0.1:1", NOTIFIER_HTTP_PORT="0")
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "services.notifier",
         cwd=REPO,
-        env=env,
+        env=full,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
     _, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 2
-    assert b"NOTIFIER_RETRY_BASE_SECONDS" in err
+    assert proc.returncode == 2, err
+    assert named in err
