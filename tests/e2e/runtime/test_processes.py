@@ -1,0 +1,251 @@
+"""The services as processes (issue 3, tests 4, 5 and 7): a supervisor killed between
+committing a launch intent and calling the backend; three replicas sharing 200 jobs with
+random preemptions; every service restarted mid-flight."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+from collections import Counter
+from collections.abc import Mapping
+
+import pytest
+
+from dispatch_core import (
+    Action,
+    CauseKind,
+    Job,
+    JobEvent,
+    LaunchIntended,
+    ObjectPhase,
+    ObservedObject,
+    RecoveryPolicy,
+    RecoveryRule,
+    State,
+    Status,
+)
+from tests.e2e.runtime.conftest import MakeRuntime
+from tests.e2e.runtime.harness import PRINT_ENV, Runtime, Subprocess, shell, until_flag
+from tests.util import assert_eventually
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+
+def _resubmit(budget: int) -> RecoveryPolicy:
+    return RecoveryPolicy(
+        rules=(RecoveryRule(on=(CauseKind.PREEMPTED,), action=Action.RESUBMIT, budget=budget),)
+    )
+
+
+async def test_killed_between_intent_and_launch_escalates_all_unknown(runtime: Runtime) -> None:
+    """Test 4: the supervisor dies (SIGKILL) right after committing a launch intent, before
+    calling the backend (test hook ``SUPERVISOR_CRASH_AFTER_INTENT``); restarted, it never
+    launches that attempt, and after the unresolved age escalates ``all-unknown:1``."""
+    rt = runtime
+    await rt.observer()
+    crashing = await rt.supervisor_process(crash_after_intent="true")
+    job_id = "crash"
+    unresolved_age_s = 3.0
+    await rt.submit(
+        job_id, rt.spec(until_flag(), unresolved_age_s=unresolved_age_s), RecoveryPolicy()
+    )
+    assert await crashing.wait() == -signal.SIGKILL
+    intents = [e for e in await rt.events(job_id) if isinstance(e, LaunchIntended)]
+    assert [(e.submission, e.attempt) for e in intents] == [(1, 1)]
+    assert not (await rt.objects()).get(job_id)
+
+    await rt.supervisor_process(name="restarted")
+
+    def escalated(job: Job) -> None:
+        assert job.escalation("all-unknown:1") is not None, job.escalations
+
+    job = await rt.wait_job(job_id, escalated, timeout_s=60)
+    escalation = job.escalation("all-unknown:1")
+    assert escalation is not None
+    assert (escalation.at - intents[0].at).total_seconds() >= unresolved_age_s
+    events = await rt.events(job_id)
+    assert [e for e in events if isinstance(e, LaunchIntended)] == intents
+    assert not (await rt.objects()).get(job_id), "the unknown attempt was launched again"
+    status = await rt.status(job_id)
+    assert status is not None
+    assert status.state is State.PENDING
+    assert not status.settled
+
+
+def _expected(objects: list[ObservedObject], budget: int) -> tuple[State, int]:
+    """What the job's policy says its outcome is, from the causes its objects ended with,
+    and how many objects it has: each preemption with budget left opens a new submission."""
+    ordered = sorted(objects, key=lambda o: o.submission or 0)
+    for preempted, obs in enumerate(ordered):
+        assert obs.phase is ObjectPhase.ENDED, obs
+        assert obs.cause is not None, obs
+        if obs.cause.kind is CauseKind.NONE:
+            return State.SUCCEEDED, preempted + 1
+        assert obs.cause.kind is CauseKind.PREEMPTED, obs
+        if preempted + 1 > budget:
+            return State.FAILED, preempted + 1
+    raise AssertionError(f"the objects did not end the job: {objects}")
+
+
+async def test_three_replicas_200_jobs_random_preemptions_no_duplicates(
+    make_runtime: MakeRuntime,
+) -> None:
+    """Test 5: three supervisor replicas share 200 jobs while objects are preempted at
+    random: never two objects for one (job, N, a), and every job ends as its policy says."""
+    rt = await make_runtime(kill_wait_s=0.5, poll_interval_s=0.5)
+    await rt.observer_process()
+    for i in range(3):
+        await rt.supervisor_process(name=f"replica{i}", max_concurrent_passes="16")
+    rng = random.Random(5)
+    budgets = {f"job-{i:03d}": rng.randrange(3) for i in range(200)}
+    # Each execution runs 2-4 s unless preempted; the driver preempts about half of the
+    # executions it sees running, once each.
+    for job_id, budget in budgets.items():
+        command = shell(f"{PRINT_ENV}; sleep {rng.choice(('2', '3', '4'))}; exit 0")
+        await rt.submit(job_id, rt.spec(command), _resubmit(budget))
+
+    considered: set[str] = set()
+    preemptions = 0
+
+    async def all_settled() -> None:
+        statuses = await rt.statuses.get_all()
+        settled = sum(1 for e in statuses if b'"settled":true' in e.payload)
+        assert settled == len(budgets), f"{settled}/{len(budgets)} settled"
+
+    async def drive() -> None:
+        nonlocal preemptions
+        while True:
+            for objects in (await rt.objects()).values():
+                for obs in objects:
+                    if obs.phase is ObjectPhase.RUNNING and obs.ref.id not in considered:
+                        considered.add(obs.ref.id)
+                        if rng.random() < 0.5:
+                            try:
+                                await rt.preempt(obs.ref)
+                            except Exception:  # it ended meanwhile
+                                continue
+                            preemptions += 1
+            await asyncio.sleep(0.2)
+
+    driver = asyncio.create_task(drive())
+    try:
+        await assert_eventually(all_settled, timeout_s=240, interval_s=1.0)
+    finally:
+        driver.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await driver
+    assert preemptions > 50
+
+    found = await rt.objects()
+    launches = Counter(
+        (job_id, obs.submission, obs.attempt) for job_id, objs in found.items() for obs in objs
+    )
+    assert not [k for k, n in launches.items() if n > 1], "duplicate launches"
+    assert sorted(found) == sorted(budgets)
+    for job_id, budget in budgets.items():
+        objects = list(found[job_id])
+        state, count = _expected(objects, budget)
+        assert len(objects) == count, (job_id, objects)
+        status = await rt.status(job_id)
+        assert status is not None
+        assert status.state is state, (job_id, budget, status, objects)
+        job = await rt.job(job_id)
+        ids = [e.id for e in job.escalations]
+        assert ids == (["failed:preempted"] if state is State.FAILED else []), (job_id, ids)
+        intents = [(a.submission, a.attempt) for s in job.submissions for a in s.attempts]
+        assert intents == [(n, 1) for n in range(1, count + 1)], (job_id, intents)
+    for service in rt.services:
+        assert isinstance(service, Subprocess)
+        assert "Traceback" not in service.log_text(), service.log_tail()
+        assert '"level":"error"' not in service.log_text(), service.log_tail()
+
+
+def _shape(events: list[JobEvent]) -> list[tuple[object, ...]]:
+    """A record's events without what differs from run to run (times, object ids)."""
+    out: list[tuple[object, ...]] = []
+    for event in events:
+        tag = type(event).__struct_config__.tag
+        fields: list[object] = [tag]
+        for name in ("submission", "attempt", "why", "state", "how", "fenced", "found", "id"):
+            value = getattr(event, name, None)
+            if value is not None:
+                fields.append((name, value))
+        cause = getattr(event, "cause", None)
+        if cause is not None:
+            fields.append(("cause", cause.kind, cause.exit_code))
+        out.append(tuple(fields))
+    return out
+
+
+async def _scenario(rt: Runtime, *, restart: bool) -> Mapping[str, object]:
+    """Jobs preempted, failing, succeeding and submitted while (with ``restart``) every
+    service is down; return each job's record shape and status."""
+    observer = await rt.observer_process()
+    supervisor = await rt.supervisor_process()
+    await rt.submit("again", rt.spec(until_flag()), _resubmit(1))
+    await rt.submit("broken", rt.spec(shell(f"{PRINT_ENV}; exit 3")), RecoveryPolicy())
+    await rt.submit("plain", rt.spec(until_flag()), RecoveryPolicy())
+
+    def running(status: Status) -> None:
+        assert status.state is State.RUNNING, status
+
+    def failed(status: Status) -> None:
+        assert status.state is State.FAILED, status
+        assert status.settled, status
+
+    await rt.wait_status("again", running)
+    await rt.wait_status("plain", running)
+    await rt.wait_status("broken", failed)
+    if restart:
+        assert await supervisor.stop() == 0, supervisor.log_tail()
+        assert await observer.stop() == 0, observer.log_tail()
+    job = await rt.job("again")
+    await rt.preempt(job.objects[0].ref)
+    await rt.submit("late", rt.spec(until_flag()), RecoveryPolicy())
+    if restart:
+        await observer.start()
+        await supervisor.start()
+
+    def resubmitted(status: Status) -> None:
+        assert status.state is State.RUNNING, status
+        assert status.submission == 2, status
+
+    await rt.wait_status("again", resubmitted)
+    await rt.wait_status("late", running)
+    rt.release()
+
+    def succeeded(status: Status) -> None:
+        assert status.state is State.SUCCEEDED, status
+        assert status.settled, status
+
+    for job_id in ("again", "plain", "late"):
+        await rt.wait_status(job_id, succeeded)
+    result: dict[str, object] = {}
+    for job_id in ("again", "broken", "plain", "late"):
+        status = await rt.status(job_id)
+        assert status is not None
+        result[job_id] = (
+            _shape(await rt.events(job_id)),
+            status.state,
+            status.cause.kind,
+            [t.state for t in status.history],
+        )
+    return result
+
+
+async def test_restart_of_every_service_mid_flight_loses_nothing(make_runtime: MakeRuntime) -> None:
+    """Test 7: the observer and the supervisor stopped mid-flight (SIGTERM) and started
+    again, with a preemption and a submission while they are down: the records and the
+    outcomes are those of the same run without the restart."""
+    without = await _scenario(await make_runtime(), restart=False)
+    with_restart = await _scenario(await make_runtime(), restart=True)
+    assert with_restart == without
+    again = without["again"]
+    assert isinstance(again, tuple)
+    assert again[1] is State.SUCCEEDED
+    assert [t for t in again[3]] == [State.RECOVERING, State.SUCCEEDED]
+    broken = without["broken"]
+    assert isinstance(broken, tuple)
+    assert broken[1] is State.FAILED
+    assert ("escalation.committed", ("id", "failed:non-zero-exit")) in broken[0]

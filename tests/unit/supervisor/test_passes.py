@@ -1,0 +1,315 @@
+"""The pass executor on in-memory ports (docs/runtime.md, "One pass"): decisions committed
+before actions, re-planning on a conflict, racing replicas launching once, facts dropped when
+moot, seed 002's delivery (after the next pass; the last look) and the Status's OCC."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from dispatch_core import (
+    Actor,
+    ActorKind,
+    Cancel,
+    Cause,
+    CauseKind,
+    Discovery,
+    Escalation,
+    EscalationDelivered,
+    GateState,
+    Job,
+    JobSpec,
+    Launch,
+    LaunchIntended,
+    LaunchRecorded,
+    Level,
+    ObjectPhase,
+    ObjectRef,
+    ObservedObject,
+    Provenance,
+    RecoveryPolicy,
+    State,
+    Status,
+    Submit,
+    decide,
+    decode,
+    decode_event,
+    encode,
+    fold,
+)
+from services.supervisor.metrics import SupervisorMetrics
+from services.supervisor.passes import PassExecutor
+from services.supervisor.ports import DeliverFn
+from tests.unit.supervisor.fakes import FakeBackend, FakeLatest, FakeRecords
+
+JOB = "job-1"
+CLUSTER = "fake"
+ALICE = Actor(name="alice", kind=ActorKind.HUMAN)
+
+
+class Installation:
+    """Ports shared by the executors (replicas) of one test."""
+
+    def __init__(self) -> None:
+        self.records = FakeRecords()
+        self.discoveries = FakeLatest()
+        self.statuses = FakeLatest()
+        self.backend = FakeBackend(CLUSTER)
+        self.registry = CollectorRegistry()
+
+    def executor(
+        self, *, deliver: DeliverFn | None = None, writer: str | None = None
+    ) -> PassExecutor:
+        return PassExecutor(
+            records=self.records,
+            discoveries=self.discoveries,
+            statuses=self.statuses,
+            backends={CLUSTER: self.backend},
+            metrics=SupervisorMetrics(CollectorRegistry()),
+            deliver=deliver,
+            writer=writer,
+        )
+
+    def submit(self, job_id: str = JOB) -> None:
+        events = decide(
+            None,
+            Submit(
+                by=ALICE,
+                job_id=job_id,
+                spec=JobSpec(cluster=CLUSTER, command=("train",)),
+                policy=RecoveryPolicy(),
+                declarations=self.backend.declarations(),
+            ),
+            datetime.now(UTC),
+        )
+        self.records.write(job_id, *events)
+
+    def job(self, job_id: str = JOB) -> Job:
+        entries = self.records.entries[job_id]
+        return fold(((e.seq, decode_event(e.payload)) for e in entries), datetime.now(UTC))
+
+    async def show(self, *objects: ObservedObject, job_id: str = JOB) -> None:
+        discovery = Discovery(
+            cluster=CLUSTER, job_id=job_id, seen_at=datetime.now(UTC), objects=objects
+        )
+        await self.discoveries.put((CLUSTER, job_id), encode(discovery))
+
+    def status(self, job_id: str = JOB) -> Status:
+        entry = self.statuses.values[(job_id,)]
+        return decode(entry.payload, Status)
+
+
+def _obj(
+    object_id: str,
+    phase: ObjectPhase,
+    *,
+    gate: GateState = GateState.OPEN,
+    cause: Cause | None = None,
+    submission: int | None = 1,
+) -> ObservedObject:
+    return ObservedObject(
+        ref=ObjectRef(cluster=CLUSTER, id=object_id),
+        name=f"dj-{JOB}",
+        submission=submission,
+        attempt=None if submission is None else 1,
+        phase=phase,
+        gate=gate,
+        cause=cause,
+    )
+
+
+def _tags(inst: Installation) -> list[str]:
+    return [str(type(e).__struct_config__.tag) for e in inst.records.events(JOB)]
+
+
+async def test_the_launch_intent_is_committed_before_the_backend_is_called() -> None:
+    inst = Installation()
+    inst.submit()
+    seen_at_start: list[list[str]] = []
+
+    async def on_start(launch: Launch) -> None:
+        seen_at_start.append(_tags(inst))
+
+    inst.backend.on_start = on_start
+    outcome = await inst.executor().run_pass(JOB)
+    assert seen_at_start == [["job.created", "submission.opened", "launch.intended"]]
+    assert _tags(inst) == [
+        "job.created",
+        "submission.opened",
+        "launch.intended",
+        "launch.recorded",
+    ]
+    assert outcome.appended == 3
+    assert outcome.planned_seq == 1
+    status = inst.status()
+    assert status.seq == inst.records.last(JOB)
+    assert status.state is State.PENDING
+
+
+async def test_a_conflicting_append_makes_the_pass_plan_again() -> None:
+    """Another writer cancels the job between the pass's read and its commit: the pass's
+    decisions (open submission 1, launch it) are never carried out."""
+    inst = Installation()
+    inst.submit()
+    cancelled = False
+
+    async def cancel_first(job_id: str) -> None:
+        nonlocal cancelled
+        if not cancelled:
+            cancelled = True
+            inst.records.write(
+                job_id, *decide(inst.job(), Cancel(by=ALICE, reason="no"), datetime.now(UTC))
+            )
+
+    inst.records.before_append = cancel_first
+    ex = inst.executor()
+    outcome = await ex.run_pass(JOB)
+    assert inst.backend.started == []
+    assert _tags(inst) == ["job.created", "cancel.requested", "outcome.committed"]
+    assert outcome.settled
+    assert inst.status().state is State.CANCELLED
+
+
+@pytest.mark.parametrize("same_writer", [False, True])
+async def test_racing_replicas_launch_an_attempt_once(same_writer: bool) -> None:
+    """Two replicas plan from the same version and decide the same launch. With a writer
+    token each, the loser gets a conflict and re-plans (one launch). With one token for
+    both (which is what the bare step key as msg id amounts to), the record store takes the
+    winner's stored intent for the loser's own, and the loser launches the attempt again:
+    why decisions' msg ids carry the writer's token (docs/runtime.md)."""
+    inst = Installation()
+    inst.submit()
+
+    async def slow(launch: Launch) -> None:
+        await asyncio.sleep(0.01)
+
+    inst.backend.on_start = slow
+    writers = ("w", "w") if same_writer else (None, None)
+    a, b = (inst.executor(writer=w) for w in writers)
+    await asyncio.gather(a.run_pass(JOB), b.run_pass(JOB))
+    intents = [e for e in inst.records.events(JOB) if isinstance(e, LaunchIntended)]
+    assert len(intents) == 1
+    assert len(inst.backend.started) == (2 if same_writer else 1)
+
+
+async def test_a_fact_another_writer_made_moot_is_dropped() -> None:
+    """While the backend starts the object, another replica finds it in a Discovery and
+    records the launch: this pass's own LaunchRecorded would make the record malformed, so
+    it is dropped."""
+    inst = Installation()
+    inst.submit()
+
+    async def found_meanwhile(launch: Launch) -> None:
+        inst.records.write(
+            JOB,
+            LaunchRecorded(
+                job_id=JOB,
+                at=datetime.now(UTC),
+                submission=1,
+                attempt=1,
+                ref=ObjectRef(cluster=CLUSTER, id="1"),
+                found=True,
+            ),
+        )
+
+    inst.backend.on_start = found_meanwhile
+    outcome = await inst.executor().run_pass(JOB)
+    recorded = [e for e in inst.records.events(JOB) if isinstance(e, LaunchRecorded)]
+    assert [r.found for r in recorded] == [True]
+    assert outcome.appended == 2  # submission and intent; the fact was moot
+    inst.job()  # the record still folds
+
+
+class Inbox:
+    """A deliver function that records each call and fails while ``failing``."""
+
+    def __init__(self, *, failing: bool = False) -> None:
+        self.calls: list[str] = []
+        self.failing = failing
+
+    async def __call__(self, job_id: str, escalation: Escalation) -> None:
+        self.calls.append(escalation.id)
+        if self.failing:
+            raise ConnectionError("pager down")
+
+
+async def _run_to_launched(inst: Installation, ex: PassExecutor) -> None:
+    await ex.run_pass(JOB)
+    await inst.show(_obj("1", ObjectPhase.PENDING, gate=GateState.CLOSED))
+    await ex.run_pass(JOB)
+    assert inst.backend.opened == [ObjectRef(cluster=CLUSTER, id="1")]
+    await inst.show(_obj("1", ObjectPhase.RUNNING))
+    await ex.run_pass(JOB)
+
+
+_EXIT_3 = Cause(
+    kind=CauseKind.NON_ZERO_EXIT, provenance=Provenance.APPLICATION, detail="exit 3", exit_code=3
+)
+
+
+@pytest.mark.parametrize("failing", [False, True])
+async def test_the_settling_pass_last_look_delivers_once(failing: bool) -> None:
+    """Seed 002: the escalation the settling pass committed is delivered by the last look;
+    a failure is not offered again once the job has settled."""
+    inst = Installation()
+    inst.submit()
+    inbox = Inbox(failing=failing)
+    ex = inst.executor(deliver=inbox)
+    await _run_to_launched(inst, ex)
+    await inst.show(_obj("1", ObjectPhase.ENDED, cause=_EXIT_3))
+    outcome = await ex.run_pass(JOB)
+    assert outcome.settled
+    assert inbox.calls == ["failed:non-zero-exit"]
+    delivered = [e for e in inst.records.events(JOB) if isinstance(e, EscalationDelivered)]
+    assert len(delivered) == (0 if failing else 1)
+    for _ in range(2):  # the job is settled: no more deliveries
+        again = await ex.run_pass(JOB)
+        assert again.settled
+        assert again.appended == 0
+    assert inbox.calls == ["failed:non-zero-exit"]
+    assert inst.status().state is State.FAILED
+
+
+async def test_an_escalation_is_delivered_after_the_next_pass() -> None:
+    """Seed 002: "An escalation the pass itself committed is delivered after the next
+    pass"; one whose delivery failed is offered again after the next pass."""
+    inst = Installation()
+    inst.submit()
+    inbox = Inbox(failing=True)
+    ex = inst.executor(deliver=inbox)
+    await _run_to_launched(inst, ex)
+    await inst.show(_obj("1", ObjectPhase.RUNNING), _obj("9", ObjectPhase.RUNNING, submission=None))
+    first = await ex.run_pass(JOB)
+    assert inst.job().escalation("foreign:9") is not None
+    assert inbox.calls == []
+    assert not first.settled
+    await ex.run_pass(JOB)
+    assert inbox.calls == ["foreign:9"]
+    inbox.failing = False
+    await ex.run_pass(JOB)
+    assert inbox.calls == ["foreign:9", "foreign:9"]
+    escalation = inst.job().escalation("foreign:9")
+    assert escalation is not None
+    assert escalation.delivered is not None
+    await ex.run_pass(JOB)
+    assert inbox.calls == ["foreign:9", "foreign:9"]
+
+
+async def test_a_status_is_never_published_over_a_newer_records_status() -> None:
+    inst = Installation()
+    inst.submit()
+    newer = Status(
+        job_id=JOB,
+        level=Level.FULL,
+        state=State.RUNNING,
+        cause=Cause(kind=CauseKind.NONE, provenance=Provenance.SCHEDULER),
+        at=datetime.now(UTC),
+        seq=10**9,
+    )
+    await inst.statuses.put((JOB,), encode(newer))
+    await inst.executor().run_pass(JOB)
+    assert inst.status().seq == 10**9
+    assert inst.statuses.puts == 1
