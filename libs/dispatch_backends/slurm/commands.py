@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import time
 from collections.abc import Mapping, Sequence
 from typing import Final
@@ -183,22 +184,21 @@ class Runner:
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.PIPE,
                     env=self.env(),
+                    start_new_session=True,
                 )
             except OSError as err:
                 raise Unreachable(self.cluster, f"cannot run {argv[0]}: {err}") from err
             try:
                 out, err_out = await asyncio.wait_for(proc.communicate(stdin), limit)
             except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
+                _kill_group(proc)
                 with contextlib.suppress(Exception):
                     await proc.wait()
                 raise CommandTimeout(
                     self.cluster, f"{name} did not finish within {limit:g} s (killed)"
                 ) from None
             except asyncio.CancelledError:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
+                _kill_group(proc)
                 raise
         result = CommandResult(
             argv=argv,
@@ -220,6 +220,12 @@ class Runner:
             if words is not None:
                 raise Unreachable(self.cluster, f"{name}: {words}")
         return result
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL the command and anything it started (it runs in a session of its own)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def join_ids(ids: Sequence[str]) -> str:
