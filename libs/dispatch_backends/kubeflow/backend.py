@@ -155,6 +155,7 @@ class KubeflowBackend:
         self._evidence: dict[tuple[str, str], dict[str, PodFacts]] = defaultdict(dict)
         self._memory: dict[str, Observed] = {}
         self._gaps: dict[str, str] = {}
+        self._waiting_since: dict[str, datetime] = {}
         self._reflectors: dict[tuple[str, str], Reflector] = {}
         self._watch_clients: list[Any] = []
         self._started = False
@@ -397,13 +398,15 @@ class KubeflowBackend:
                 nodes=index.nodes,
                 workload=workload,
                 memory=memory,
-                caught_up=functools.partial(self._caught_up, namespace),
+                caught_up=functools.partial(self._caught_up, namespace, uid, seen_at),
                 now=seen_at,
                 evidence_note=self._gaps.get(namespace, ""),
             )
             with self._lock:
                 self._memory[uid] = result.memory
-            if result.waiting:
+            if not result.waiting:
+                self._waiting_since.pop(uid, None)
+            else:
                 log.debug(
                     "kubeflow.evidence.waiting", extra={"namespace": namespace, "trainjob": name}
                 )
@@ -614,14 +617,27 @@ class KubeflowBackend:
             return all(r.wait_synced(timeout) for r in reflectors)
 
         if not await asyncio.to_thread(wait):
-            errors = "; ".join(f"{r.name}: {r.error}" for r in reflectors if not r.synced)
+            failing = [r for r in reflectors if not r.synced]
+            errors = "; ".join(f"{r.name}: {r.error}" for r in failing)
+            if any(r.error_status in (401, 403, 404) for r in failing):
+                # not an outage: credentials, RBAC or a missing CRD; the words say which
+                raise BackendError(self._cluster, f"the watches can't list: {errors}")
             raise Unreachable(self._cluster, f"the watches could not list: {errors}")
 
-    def _caught_up(self, namespace: str, rv: int) -> bool:
-        """Whether every watch of ``namespace`` (and of the nodes) has seen up to ``rv``."""
-        return all(
-            r.progress >= rv for (kind, ns), r in self._reflectors.items() if ns in (namespace, "")
-        )
+    def _caught_up(self, namespace: str, uid: str, now: datetime, rv: int) -> bool:
+        """Whether every watch of ``namespace`` (and of the nodes) has seen up to ``rv``.
+
+        Progress on a quiet stream comes from bookmarks only (about once a minute on a real
+        API server, and before a watch's timeout on this fake); a decision that has waited
+        ``evidence_wait_s`` for it goes ahead while every watch is healthy (its events
+        arrive within moments, so by then it has them). A broken watch is never waited past.
+        """
+        relevant = [r for (_, ns), r in self._reflectors.items() if ns in (namespace, "")]
+        if all(r.progress >= rv for r in relevant):
+            return True
+        since = self._waiting_since.setdefault(uid, now)
+        waited = now - since >= timedelta(seconds=self._settings.evidence_wait_s)
+        return waited and all(r.error is None for r in relevant)
 
     def _index(self) -> _Index:
         """What the watches hold now, indexed by owner."""
@@ -650,6 +666,8 @@ class KubeflowBackend:
         with self._lock:
             for uid in [u for u in self._memory if u not in live]:
                 del self._memory[uid]
+            for uid in [u for u in self._waiting_since if u not in live]:
+                del self._waiting_since[uid]
             for key in [k for k in self._evidence if k not in names]:
                 if all(p.deleted for p in self._evidence[key].values()):
                     del self._evidence[key]

@@ -50,7 +50,9 @@ recorded end is suspended by discovery (it is dispatch's ended object).
 **Consistency.** Pod evidence comes from a watch that may lag the fresh TrainJob list by a
 moment; an end (or a restart) is only decided once the watches have caught up with the
 resourceVersion of the objects that show it (resourceVersions are comparable integers:
-KEP-5504). Until then the object is ``stopping``.
+KEP-5504). Until then the object is ``stopping``: at most ``evidence_wait_s`` while every
+watch is healthy (on a quiet stream only a bookmark proves progress), for as long as a watch
+is broken.
 """
 
 from __future__ import annotations

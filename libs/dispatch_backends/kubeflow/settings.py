@@ -89,6 +89,9 @@ class KubeflowSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         watch_timeout_s: lifetime of one watch request; the server sends a bookmark before
             it ends, which bounds how long a newly ended TrainJob waits for the pod
             evidence to catch up (see the package docstring, "Consistency").
+        evidence_wait_s: the longest a newly ended TrainJob waits for the watches to confirm
+            they caught up (bookmarks) before its end is decided anyway; only while every
+            watch is healthy.
         request_timeout_s: read timeout of every other request.
         sync_timeout_s: seconds the first discovery waits for the watches' first lists.
         max_concurrency: blocking client calls in flight at once (the watches have their own
@@ -113,6 +116,7 @@ class KubeflowSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     retain_ended_s: float | None = 3600.0
     record_on_object: bool = True
     watch_timeout_s: float = 30.0
+    evidence_wait_s: float = 60.0
     request_timeout_s: float = 30.0
     sync_timeout_s: float = 10.0
     max_concurrency: int = 8
@@ -127,7 +131,7 @@ class KubeflowSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
             raise ValueError(f"namespaces: {self.namespaces} repeats a namespace")
         if not self.node_loss_window_s > 0:
             raise ValueError(f"node_loss_window_s must be > 0, got {self.node_loss_window_s}")
-        for name in ("watch_timeout_s", "request_timeout_s", "sync_timeout_s"):
+        for name in ("watch_timeout_s", "evidence_wait_s", "request_timeout_s", "sync_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.retain_ended_s is not None and self.retain_ended_s < 0:

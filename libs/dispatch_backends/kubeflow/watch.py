@@ -10,10 +10,11 @@ objects a relist no longer shows), so the backend can keep evidence that a later
 would not show any more (a preempted pod's ``DisruptionTarget``).
 
 ``progress`` is the highest resourceVersion the reflector knows it has seen everything up
-to: raised by each event, by each bookmark (the server sends one before a watch's timeout,
-so it advances at least every ``watch_timeout_s`` even when nothing changes), and by each
-list. The backend decides an end only once every reflector's progress has reached the
-resourceVersion of the objects showing it.
+to: raised by each event, by each bookmark, and by each list. On a quiet stream only
+bookmarks raise it: the fake API server sends one just before a watch's timeout, a real one
+about once a minute (facts file, Part A); the backend bounds its wait with
+``evidence_wait_s``. The backend decides an end only once every reflector's progress has
+reached the resourceVersion of the objects showing it (or that bound has passed).
 
 The blocking ``kubernetes`` client runs here, outside the event loop, on the reflector's own
 ``ApiClient`` (so a long watch never holds a connection the backend's calls need).
@@ -28,6 +29,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+import urllib3
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
@@ -92,6 +94,8 @@ class Reflector:
         self._thread: threading.Thread | None = None
         self.error: str | None = None
         """The last error, while the reflector can't list or watch (``None`` when healthy)."""
+        self.error_status: int | None = None
+        """The HTTP status of that error, when the API server answered one."""
         self.lists = 0
         """How many lists it made (the first, and one per 410)."""
         self.watches = 0
@@ -153,6 +157,7 @@ class Reflector:
                 self._watch()
                 failures = 0
                 self.error = None
+                self.error_status = None
             except _Expired:
                 log.info("kubeflow.watch.expired", extra={"reflector": self.name})
                 need_list = True
@@ -160,6 +165,7 @@ class Reflector:
                 if self._stop.is_set():
                     return
                 self.error = f"{type(err).__name__}: {err}"
+                self.error_status = err.status if isinstance(err, ApiException) else None
                 if isinstance(err, ApiException) and err.status == 410:
                     need_list = True
                     continue
@@ -221,12 +227,21 @@ class Reflector:
         self.watches += 1
         with self._lock:
             self._resp = resp
+        received = False
         try:
             for line in iter_resp_lines(resp):  # type: ignore[no-untyped-call]
                 if self._stop.is_set():
                     return
                 if line:
                     self._event(json.loads(line))
+                    received = True
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            if not received:
+                raise
+            # Cut after progress (an API server restart, a load balancer): resume at once
+            # from the last resourceVersion; only a stream that breaks before any event
+            # backs off.
+            log.info("kubeflow.watch.dropped", extra={"reflector": self.name, "error": str(err)})
         finally:
             with self._lock:
                 self._resp = None

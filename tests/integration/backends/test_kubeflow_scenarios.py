@@ -337,15 +337,26 @@ async def test_a_watch_dropped_mid_stream_loses_no_evidence(harness: KubeflowHar
     job = new_job_id()
     ref = await running(harness, job)
     pods_reflector: Reflector = harness.backend._reflectors[("pods", NS)]
-    lists_before = pods_reflector.lists
-    # the next pod watch is cut abruptly after one event; the one open now is cut too
-    harness.server.faults.drop_next_watch(after_events=1, abrupt=True, resource=PODS)
-    harness.server.drop_watches(abrupt=True, resource=PODS)
+    lists_before, watches_before = pods_reflector.lists, pods_reflector.watches
+    server = harness.server
+    # The open pod watch is cut abruptly; reconnecting fails three times (backing off about
+    # 1.7 s), so the preemption happens while no watch is open; the first watch that opens
+    # again is cut abruptly after one event. Everything must come through by resuming from
+    # the last resourceVersion seen, without a relist.
+    server.faults.drop_next_watch(after_events=1, abrupt=True, resource=PODS)
+    server.faults.fail_next(3, status=500, path_contains="/pods", watch=True)
+    server.drop_watches(abrupt=True, resource=PODS)
+
+    def pod_watch_down() -> None:
+        assert server.active_watches(PODS) == 0
+
+    await assert_eventually(pod_watch_down, timeout_s=10)
     await step(harness.cluster.preempt_by_scheduler, NS, name_of(ref))
     cause = (await ended(harness, job, ref)).cause
     assert cause is not None
     assert cause.kind is CauseKind.PREEMPTED
     assert pods_reflector.lists == lists_before, "a dropped watch resumes; it must not relist"
+    assert pods_reflector.watches >= watches_before + 3, "the pod watch was not reopened"
 
 
 async def test_a_410_relists_and_the_backend_goes_on(harness: KubeflowHarness) -> None:
@@ -374,10 +385,17 @@ async def test_evidence_lost_in_a_410_gap_is_unknown_never_a_guess(
     # seen. The cause is unknown, saying so, not non-zero-exit (143) nor a guessed preemption.
     job = new_job_id()
     ref = await running(harness, job)
-    harness.server.faults.fail_next(3, status=500, path_contains="/pods", watch=True)
-    harness.server.drop_watches(resource=PODS)
+    server = harness.server
+    server.faults.fail_next(1000, status=500, path_contains="/pods", watch=True)
+    server.drop_watches(resource=PODS)
+
+    def pod_watch_down() -> None:
+        assert server.active_watches(PODS) == 0
+
+    await assert_eventually(pod_watch_down, timeout_s=10)
     await step(harness.cluster.preempt_by_scheduler, NS, name_of(ref))
-    harness.server.expire_watch_cache(PODS)
+    server.expire_watch_cache(PODS)
+    server.faults.clear()
     cause = (await ended(harness, job, ref)).cause
     assert cause is not None
     assert cause.kind is CauseKind.UNKNOWN, cause
