@@ -25,12 +25,34 @@ NotReady for at least the node-loss window, which nothing else would ever releas
 **Cessation signal** (seed 004): ceased when no pod of the object is left unfinished and
 every node it ran on is Ready (a node NotReady or gone may still run its processes).
 
-Only this package imports ``kubernetes``.
+Only this package imports ``kubernetes``, and only when :class:`KubeflowBackend` is first
+used: the settings can be imported (``dispatch_backends.config`` does) without loading the
+client.
 """
 
-from dispatch_backends.kubeflow.backend import ForeignObjectError, KubeflowBackend, ObjectNotFound
+from typing import TYPE_CHECKING, Any
+
 from dispatch_backends.kubeflow.names import trainjob_name
 from dispatch_backends.kubeflow.settings import OPTIONS, GateMode, KubeflowSettings
+
+if TYPE_CHECKING:
+    from dispatch_backends.kubeflow.backend import (
+        ForeignObjectError,
+        KubeflowBackend,
+        ObjectNotFound,
+    )
+
+_LAZY = frozenset({"ForeignObjectError", "KubeflowBackend", "ObjectNotFound"})
+
+
+def __getattr__(name: str) -> Any:
+    """Load :mod:`.backend` (and ``kubernetes``) on first use of its names."""
+    if name in _LAZY:
+        from dispatch_backends.kubeflow import backend
+
+        return getattr(backend, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "OPTIONS",
