@@ -32,7 +32,13 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_backends.kubeflow.body import InvalidLaunch, namespace_of, trainjob_body
-from dispatch_backends.kubeflow.causes import NodeFacts, PodFacts, node_facts, pod_facts
+from dispatch_backends.kubeflow.causes import (
+    NodeFacts,
+    PodFacts,
+    node_facts,
+    parse_time,
+    pod_facts,
+)
 from dispatch_backends.kubeflow.gate import open_patch
 from dispatch_backends.kubeflow.names import (
     ANNOTATION_OBSERVED,
@@ -154,7 +160,7 @@ class KubeflowBackend:
         self._lock = threading.Lock()
         self._evidence: dict[tuple[str, str], dict[str, PodFacts]] = defaultdict(dict)
         self._memory: dict[str, Observed] = {}
-        self._gaps: dict[str, str] = {}
+        self._gaps: dict[str, tuple[datetime, str]] = {}
         self._waiting_since: dict[str, datetime] = {}
         self._reflectors: dict[tuple[str, str], Reflector] = {}
         self._watch_clients: list[Any] = []
@@ -400,7 +406,7 @@ class KubeflowBackend:
                 memory=memory,
                 caught_up=functools.partial(self._caught_up, namespace, uid, seen_at),
                 now=seen_at,
-                evidence_note=self._gaps.get(namespace, ""),
+                evidence_note=self._gap_note(namespace, meta),
             )
             with self._lock:
                 self._memory[uid] = result.memory
@@ -601,11 +607,21 @@ class KubeflowBackend:
     def _on_relisted(self, namespace: str, rv: int) -> None:
         reflector = self._reflectors.get(("pods", namespace))
         if reflector is not None and reflector.lists > 1:
+            now = self._clock()
             self._gaps[namespace] = (
+                now,
                 f"the pod watch of namespace {namespace} expired (410) and was relisted at "
-                f"{self._clock().isoformat(timespec='seconds')}: pod changes before that may "
-                "not have been seen"
+                f"{now.isoformat(timespec='seconds')}: pod changes before that may not have "
+                "been seen",
             )
+
+    def _gap_note(self, namespace: str, meta: Mapping[str, Any]) -> str:
+        """The pod watch's last gap in ``namespace``, if the TrainJob existed then."""
+        gap = self._gaps.get(namespace)
+        created = parse_time(meta.get("creationTimestamp"))
+        if gap is None or (created is not None and created > gap[0]):
+            return ""
+        return gap[1]
 
     async def _wait_synced(self) -> None:
         reflectors = list(self._reflectors.values())
