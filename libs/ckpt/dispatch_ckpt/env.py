@@ -3,8 +3,11 @@
 dispatch sets both for every execution it starts. ``DISPATCH_ATTEMPT`` is an opaque token,
 different for every execution, naming its private folder ``<root>/exec/<attempt>/``.
 ``DISPATCH_EPOCH`` orders executions (``G*10**12 + N*10**6 + R``) and is validated with the
-core's bounds. This module only reads the mapping it is given; the CLI and the framework
-integrations pass ``os.environ`` at their boundary.
+core's bounds. A backend that can't compute the restart count R when it sets the
+environment (Kubeflow: an environment variable can't add, and JobSet restarts re-run the same
+pod template) sets ``DISPATCH_EPOCH`` to the execution's base epoch (R = 0) and
+``DISPATCH_RESTART`` to R; the epoch is then their sum. This module only reads the mapping
+it is given; the CLI and the framework integrations pass ``os.environ`` at their boundary.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ import msgspec
 
 from dispatch_ckpt.errors import InvalidEnvironment, MissingEnvironment
 from dispatch_core.epoch import MAX_EPOCH, split_epoch
+from dispatch_core.epoch import epoch as epoch_of
 from dispatch_core.errors import EpochOutOfRange
 
 __all__ = [
     "ATTEMPT_VAR",
     "EPOCH_VAR",
+    "RESTART_VAR",
     "ExecutionEnv",
     "check_attempt",
     "parse_epoch",
@@ -28,6 +33,8 @@ __all__ = [
 
 ATTEMPT_VAR: Final = "DISPATCH_ATTEMPT"
 EPOCH_VAR: Final = "DISPATCH_EPOCH"
+RESTART_VAR: Final = "DISPATCH_RESTART"
+"""Set beside a base ``DISPATCH_EPOCH`` (R = 0) by a backend that learns R only at run time."""
 #: An attempt token becomes one path component (POSIX NAME_MAX is 255 bytes).
 _MAX_ATTEMPT_BYTES: Final = 128
 
@@ -89,6 +96,24 @@ def parse_epoch(text: str, *, variable: str = EPOCH_VAR) -> int:
     return value
 
 
+def _add_restart(base: int, text: str) -> int:
+    """The epoch of an execution whose base epoch (R = 0) and restart count R were given
+    apart (``DISPATCH_EPOCH`` + ``DISPATCH_RESTART``)."""
+    if not text.isascii() or not text.isdigit():
+        raise InvalidEnvironment(RESTART_VAR, text, "expected a decimal number (digits 0-9 only)")
+    generation, submission, restart = split_epoch(base)
+    if restart != 0:
+        raise InvalidEnvironment(
+            EPOCH_VAR,
+            str(base),
+            f"expected a base epoch with R = 0 when {RESTART_VAR} is set, found R = {restart}",
+        )
+    try:
+        return epoch_of(generation, submission, int(text))
+    except EpochOutOfRange as err:
+        raise InvalidEnvironment(RESTART_VAR, text, str(err)) from err
+
+
 class ExecutionEnv(msgspec.Struct, frozen=True, kw_only=True):
     """Which execution this process belongs to (seed 004, "Each execution writes into its
     own folder" and "The epoch orders executions").
@@ -126,6 +151,9 @@ class ExecutionEnv(msgspec.Struct, frozen=True, kw_only=True):
         if epoch is None:
             raw_epoch = env.get(EPOCH_VAR)
             checked_epoch = None if raw_epoch is None else parse_epoch(raw_epoch)
+            raw_restart = env.get(RESTART_VAR)
+            if checked_epoch is not None and raw_restart:
+                checked_epoch = _add_restart(checked_epoch, raw_restart)
         else:
             checked_epoch = parse_epoch(str(epoch), variable="epoch")
         return cls(attempt=checked_attempt, epoch=checked_epoch)

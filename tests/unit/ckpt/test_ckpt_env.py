@@ -85,3 +85,28 @@ def test_publish_is_refused_without_epoch_or_attempt(tmp_path: Path) -> None:
     # Given explicitly, it publishes.
     pub = Checkpoints.open(str(tmp_path), {}, attempt="a", epoch=1000000).publish(1, str(save))
     assert pub.epoch == 1000000
+
+
+def test_a_base_epoch_and_a_restart_count_given_apart_add_up() -> None:
+    """Seed 004: "R is the backend's restart count for the object". A backend that learns R
+    only when the execution starts (a JobSet restart re-runs the same pod template) sets
+    DISPATCH_EPOCH to the base epoch (R = 0) and DISPATCH_RESTART to R."""
+    env = {"DISPATCH_ATTEMPT": "a", "DISPATCH_EPOCH": "3000000", "DISPATCH_RESTART": "2"}
+    assert ExecutionEnv.from_env(env).epoch == 3_000_002
+    assert ExecutionEnv.from_env({**env, "DISPATCH_RESTART": ""}).epoch == 3_000_000
+
+
+@pytest.mark.parametrize(
+    ("epoch", "restart", "variable"),
+    [
+        ("3000001", "2", "DISPATCH_EPOCH"),
+        ("3000000", "x", "DISPATCH_RESTART"),
+        ("3000000", "1000000", "DISPATCH_RESTART"),
+    ],
+)
+def test_a_restart_count_that_cannot_be_added_is_refused_naming_the_variable(
+    epoch: str, restart: str, variable: str
+) -> None:
+    env = {"DISPATCH_EPOCH": epoch, "DISPATCH_RESTART": restart}
+    with pytest.raises(InvalidEnvironment, match=variable):
+        ExecutionEnv.from_env(env)
