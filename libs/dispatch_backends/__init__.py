@@ -5,6 +5,7 @@ from dispatch_backends.config import (
     ClusterConfig,
     ClustersConfig,
     ClustersConfigError,
+    declarations_of,
     load_clusters,
     make_backend,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "LaunchUnknownError",
     "Snapshot",
     "Unreachable",
+    "declarations_of",
     "load_clusters",
     "make_backend",
     "object_name",

@@ -16,9 +16,10 @@ same backend for a cluster (the local backend's objects live in ``data_dir``, wh
 share). :func:`load_clusters` parses and checks it; :func:`make_backend` builds the backend of
 one entry.
 
-Only the ``local`` backend exists yet. ``slurm`` and ``kubeflow`` entries parse (their
-settings are defined when their backends land, so unknown settings are accepted for them
-until then) and :func:`make_backend` refuses them with :class:`BackendNotAvailable`.
+Each backend's settings are the fields of its settings struct (``LocalCluster``,
+:class:`~dispatch_backends.slurm.settings.SlurmSettings`,
+:class:`~dispatch_backends.kubeflow.settings.KubeflowSettings`); unknown fields are refused,
+naming the entry.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ from typing import Final
 
 import msgspec
 
+from dispatch_backends.kubeflow.settings import KubeflowSettings, kubeflow_declarations
 from dispatch_backends.protocol import Backend
 from dispatch_backends.slurm.settings import SlurmSettings
-from dispatch_core.state import is_job_id
+from dispatch_core.state import Declarations, is_job_id
 
 __all__ = [
     "DEFAULT_POLL_INTERVAL_S",
@@ -43,6 +45,7 @@ __all__ = [
     "KubeflowCluster",
     "LocalCluster",
     "SlurmCluster",
+    "declarations_of",
     "load_clusters",
     "make_backend",
     "parse_clusters",
@@ -110,10 +113,16 @@ class SlurmCluster(SlurmSettings, frozen=True, kw_only=True, tag_field="backend"
 
 
 class KubeflowCluster(
-    msgspec.Struct, frozen=True, kw_only=True, tag_field="backend", tag="kubeflow"
+    KubeflowSettings,
+    frozen=True,
+    kw_only=True,
+    forbid_unknown_fields=True,
+    tag_field="backend",
+    tag="kubeflow",
 ):
-    """A Kubernetes cluster running Kubeflow Trainer. Its settings are defined with its
-    backend (not available yet), so fields other than ``name`` are accepted and ignored."""
+    """A Kubernetes cluster running Kubeflow Trainer: its ``name`` and the fields of
+    :class:`~dispatch_backends.kubeflow.settings.KubeflowSettings` (unknown fields are
+    refused). Importing this does not load the ``kubernetes`` client."""
 
     name: str
 
@@ -219,8 +228,8 @@ def make_backend(cluster: ClusterConfig) -> Backend:
     """Build the backend serving ``cluster``.
 
     Raises:
-        BackendNotAvailable: the cluster's backend has no implementation yet (slurm,
-            kubeflow).
+        BackendNotAvailable: the cluster's backend can't be built in this installation.
+        BackendError: the Kubernetes client configuration can't be loaded (kubeflow).
         ValueError: a setting the backend refuses (e.g. a negative kill wait).
         OSError: the local backend's data directory can't be made.
     """
@@ -243,4 +252,21 @@ def make_backend(cluster: ClusterConfig) -> Backend:
 
             return make_slurm_backend(cluster.name, cluster)
         case KubeflowCluster():
-            raise BackendNotAvailable(cluster.name, "kubeflow")
+            from dispatch_backends.kubeflow import KubeflowBackend
+
+            return KubeflowBackend.from_settings(cluster.name, cluster)
+
+
+def declarations_of(cluster: ClusterConfig) -> Declarations:
+    """What ``cluster``'s backend declares, for a reader that plans without acting (the api
+    makes a job's plan at submission): no Kubernetes client is loaded for a kubeflow cluster.
+
+    Raises:
+        BackendNotAvailable, ValueError, OSError: as :func:`make_backend`, for the backends
+            whose declarations are read from a built backend.
+    """
+    match cluster:
+        case KubeflowCluster():
+            return kubeflow_declarations(cluster)
+        case LocalCluster() | SlurmCluster():
+            return make_backend(cluster).declarations()

@@ -12,7 +12,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from dispatch_backends import BackendNotAvailable, ClustersConfigError, load_clusters, make_backend
+from dispatch_backends import (
+    BackendNotAvailable,
+    ClustersConfigError,
+    declarations_of,
+    load_clusters,
+)
 from dispatch_core import Declarations
 from services.common.config import ConfigError
 
@@ -42,11 +47,11 @@ def load_declarations(path: str | Path) -> dict[str, Declarations]:
     out: dict[str, Declarations] = {}
     for cluster in clusters.clusters:
         try:
-            backend = make_backend(cluster)
+            declarations = declarations_of(cluster)
         except BackendNotAvailable as err:
             log.warning("clusters.unavailable", extra={"cluster": cluster.name, "error": str(err)})
             continue
         except (ClustersConfigError, ValueError, OSError) as err:
             raise ConfigError(f"clusters file {str(path)!r}: {err}") from err
-        out[cluster.name] = backend.declarations()
+        out[cluster.name] = declarations
     return out

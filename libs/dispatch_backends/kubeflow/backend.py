@@ -58,7 +58,7 @@ from dispatch_backends.kubeflow.observe import (
     encode_observed,
     observe,
 )
-from dispatch_backends.kubeflow.settings import GateMode, KubeflowSettings
+from dispatch_backends.kubeflow.settings import GateMode, KubeflowSettings, kubeflow_declarations
 from dispatch_backends.kubeflow.watch import Reflector
 from dispatch_backends.protocol import (
     BackendError,
@@ -211,11 +211,7 @@ class KubeflowBackend:
     def declarations(self) -> Declarations:
         """The node-loss window (``settings.node_loss_window_s``), no native recovery
         actions, a cessation signal and an emergency stop."""
-        return Declarations(
-            node_loss_window_s=self._settings.node_loss_window_s,
-            cessation_signal=True,
-            emergency_stop=True,
-        )
+        return kubeflow_declarations(self._settings)
 
     async def start(self, launch: Launch) -> ObjectRef:
         """Create the launch's TrainJob with its start gate closed (see :mod:`.body`).

@@ -11,7 +11,9 @@ from typing import Final
 
 import msgspec
 
-__all__ = ["OPTIONS", "GateMode", "KubeflowSettings"]
+from dispatch_core.state import Declarations
+
+__all__ = ["OPTIONS", "GateMode", "KubeflowSettings", "kubeflow_declarations"]
 
 
 class GateMode(enum.StrEnum):
@@ -145,3 +147,14 @@ class KubeflowSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
                 "runtime_kind must be ClusterTrainingRuntime or TrainingRuntime, "
                 f"got {self.runtime_kind!r}"
             )
+
+
+def kubeflow_declarations(settings: KubeflowSettings) -> Declarations:
+    """What the Kubeflow backend declares (seed 000, "The node-loss fence"): the node-loss
+    window of ``settings``, no native recovery actions, a cessation signal (from the state
+    of the nodes the object ran on) and an emergency stop. Needs no Kubernetes client."""
+    return Declarations(
+        node_loss_window_s=settings.node_loss_window_s,
+        cessation_signal=True,
+        emergency_stop=True,
+    )
