@@ -49,7 +49,8 @@ backend = "slurm"
 
 def test_declarations_come_from_the_shared_clusters_file(tmp_path: Path) -> None:
     declarations = load_declarations(clusters_file(tmp_path))
-    assert list(declarations) == ["local"]  # the slurm backend isn't in this build yet
+    assert list(declarations) == ["local", "hpc"]
+    assert declarations["hpc"].native_actions == frozenset({Action.REQUEUE})
     local = declarations["local"]
     assert local.node_loss_window_s == 45
     assert local.emergency_stop
