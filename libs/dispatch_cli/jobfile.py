@@ -1,0 +1,256 @@
+"""What ``dispatch submit FILE`` sends: a dispatch job file, or a plain sbatch script.
+
+**A job file** is TOML (``*.toml``) or JSON (any other name ending in ``.json``) holding the
+body of ``POST /v1/jobs``: ``spec`` (what to run and where), ``policy`` (the recovery rules)
+and optionally ``name`` (the prefix of the job id the API makes), ``job_id`` and ``reason``.
+``examples/local-train.toml`` is a commented example::
+
+    name = "digits"
+
+    [spec]
+    cluster = "local"
+    command = ["python", "examples/local/train.py", "--epochs", "20"]
+    checkpoint = "/tmp/dispatch-ckpt/digits"     # DISPATCH_CHECKPOINT of every execution
+    options = { time = "30:00" }                  # Slurm's time format, on every backend
+    env = { PYTHONUNBUFFERED = "1" }
+
+    [[policy.rules]]
+    on = ["preempted", "node-lost"]
+    action = "resubmit"
+    budget = 3
+
+    [[policy.rules]]
+    on = ["non-zero-exit"]
+    action = "hold"
+
+The API checks it and names the field at fault (``spec.cluster``, ``policy.rules[1].on``).
+
+**A batch script** (a file whose first line is ``#!`` or that has ``#SBATCH`` lines): the
+spec is ``{"cluster": --cluster, "script": <the file>}`` (the Slurm backend keeps its
+``#SBATCH`` lines; the local backend runs it as a script), the job name comes from
+``#SBATCH --job-name``/``-J`` when it makes a valid id, and the policy from ``--policy FILE``
+or the rule flags (``--resubmit-on preempted,node-lost --budget 3``).
+
+**Working directory**: unless the spec sets ``options.chdir``, the job runs in the directory
+``dispatch submit`` was run from, as ``sbatch`` does (``--chdir`` changes it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from dispatch_cli.errors import UsageError
+from dispatch_core import COVERABLE_CAUSES, CauseKind
+
+__all__ = [
+    "PolicyFlags",
+    "build_submission",
+    "is_batch_script",
+    "parse_causes",
+    "read_policy_file",
+]
+
+_NAME_RE: Final = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,52}[a-z0-9])?$")
+_SBATCH_NAME: Final = re.compile(r"^#SBATCH\s+(?:--job-name[=\s]\s*|-J\s*)(\S+)", re.MULTILINE)
+_SCRIPT_SUFFIXES: Final = frozenset({".sh", ".sbatch", ".slurm", ".bash"})
+
+
+class PolicyFlags:
+    """The rule flags of ``submit``: each becomes one rule, in this order."""
+
+    def __init__(
+        self,
+        *,
+        resubmit_on: Sequence[CauseKind] = (),
+        budget: int | None = None,
+        hold_on: Sequence[CauseKind] = (),
+        hold_for_s: float | None = None,
+        escalate_on: Sequence[CauseKind] = (),
+    ) -> None:
+        self.resubmit_on = tuple(resubmit_on)
+        self.budget = budget
+        self.hold_on = tuple(hold_on)
+        self.hold_for_s = hold_for_s
+        self.escalate_on = tuple(escalate_on)
+
+    @property
+    def given(self) -> bool:
+        """Whether any rule flag was given."""
+        return bool(self.resubmit_on or self.hold_on or self.escalate_on)
+
+    def rules(self) -> list[dict[str, Any]]:
+        """The rules, as ``policy.rules`` holds them.
+
+        Raises:
+            UsageError: ``--budget`` without ``--resubmit-on``, or ``--hold-for`` without
+                ``--hold-on``.
+        """
+        if self.budget is not None and not self.resubmit_on:
+            raise UsageError("--budget is the budget of --resubmit-on: give both")
+        if self.hold_for_s is not None and not self.hold_on:
+            raise UsageError("--hold-for is the deadline of --hold-on's hold: give both")
+        rules: list[dict[str, Any]] = []
+        if self.resubmit_on:
+            budget = 3 if self.budget is None else self.budget
+            rules.append({"on": list(self.resubmit_on), "action": "resubmit", "budget": budget})
+        if self.hold_on:
+            rule: dict[str, Any] = {"on": list(self.hold_on), "action": "hold"}
+            if self.hold_for_s is not None:
+                rule["hold_for_s"] = self.hold_for_s
+            rules.append(rule)
+        if self.escalate_on:
+            rules.append({"on": list(self.escalate_on), "action": "escalate"})
+        return rules
+
+
+def parse_causes(text: str, *, option: str) -> tuple[CauseKind, ...]:
+    """Parse a comma-separated list of causes (``preempted,node-lost``).
+
+    Raises:
+        UsageError: a name that isn't a cause a rule may cover, listing the ones that are.
+    """
+    out: list[CauseKind] = []
+    for raw in text.split(","):
+        name = raw.strip()
+        if not name:
+            continue
+        try:
+            kind = CauseKind(name)
+        except ValueError:
+            kind = None
+        if kind is None or kind not in COVERABLE_CAUSES:
+            known = ", ".join(sorted(k.value for k in COVERABLE_CAUSES))
+            raise UsageError(f"{option}: {name!r} is not a cause a rule may cover ({known})")
+        out.append(kind)
+    if not out:
+        raise UsageError(f"{option}: name at least one cause")
+    return tuple(out)
+
+
+def _load_structured(path: Path, what: str) -> object:
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise UsageError(f"cannot read the {what} {str(path)!r}: {err.strerror or err}") from err
+    try:
+        if path.suffix.lower() == ".toml":
+            return tomllib.loads(data.decode())
+        return json.loads(data)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, ValueError) as err:
+        kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
+        raise UsageError(f"{path}: not valid {kind}: {err}") from err
+
+
+def read_policy_file(path: Path) -> dict[str, Any]:
+    """Read a policy file: TOML or JSON with a ``rules`` list (``[[rules]]``).
+
+    Raises:
+        UsageError: unreadable, not TOML/JSON, or not a table with ``rules``.
+    """
+    raw = _load_structured(path, "policy file")
+    if not isinstance(raw, dict) or not isinstance(raw.get("rules"), list):
+        raise UsageError(f"{path}: a policy file holds a list of rules ([[rules]] in TOML)")
+    return raw
+
+
+def is_batch_script(path: Path, text: str) -> bool:
+    """Whether ``path`` is a batch script rather than a job file (see the module docstring)."""
+    if path.suffix.lower() in (".toml", ".json"):
+        return False
+    return (
+        path.suffix.lower() in _SCRIPT_SUFFIXES
+        or text.startswith("#!")
+        or bool(re.search(r"^#SBATCH", text, re.MULTILINE))
+    )
+
+
+def _script_name(text: str) -> str | None:
+    match = _SBATCH_NAME.search(text)
+    if match is None:
+        return None
+    name = re.sub(r"[^a-z0-9-]+", "-", match.group(1).lower()).strip("-")[:54].strip("-")
+    return name if _NAME_RE.match(name) else None
+
+
+def build_submission(
+    path: Path,
+    *,
+    cluster: str | None,
+    name: str | None,
+    job_id: str | None,
+    reason: str | None,
+    chdir: str,
+    policy_file: Path | None,
+    flags: PolicyFlags,
+) -> dict[str, Any]:
+    """Return the body of ``POST /v1/jobs`` for ``dispatch submit path``.
+
+    Args:
+        path: the job file or batch script.
+        cluster: ``--cluster`` (required for a script; overrides a job file's).
+        name: ``--name``: the prefix of the job id the API makes.
+        job_id: ``--job-id``: the job's id.
+        reason: ``--reason``.
+        chdir: the working directory when the spec sets none.
+        policy_file: ``--policy``.
+        flags: the rule flags.
+
+    Raises:
+        UsageError: the file can't be read or parsed; a script without ``--cluster``; a
+            policy given twice (in the file and by ``--policy`` or flags).
+    """
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        why = err.strerror if isinstance(err, OSError) else str(err)
+        raise UsageError(f"cannot read the job file {str(path)!r}: {why or err}") from err
+    body: dict[str, Any]
+    if is_batch_script(path, text):
+        if not cluster:
+            raise UsageError(
+                f"{path} is a batch script: say which cluster runs it with --cluster NAME"
+            )
+        body = {"spec": {"cluster": cluster, "script": text}}
+        script_name = _script_name(text)
+        if script_name and not name and not job_id:
+            body["name"] = script_name
+    else:
+        raw = _load_structured(path, "job file")
+        if not isinstance(raw, dict):
+            raise UsageError(f"{path}: a job file is a table (TOML) or an object (JSON)")
+        body = dict(raw)
+        spec = body.get("spec")
+        if not isinstance(spec, dict):
+            raise UsageError(f"{path}: a job file needs a [spec] table (cluster, command, ...)")
+        body["spec"] = dict(spec)
+        if cluster:
+            body["spec"]["cluster"] = cluster
+    _apply_chdir(body["spec"], chdir)
+    from_flags = flags.rules()
+    if policy_file is not None and from_flags:
+        raise UsageError("give the rules either with --policy FILE or with rule flags, not both")
+    if (policy_file is not None or from_flags) and "policy" in body:
+        raise UsageError(
+            f"{path} has its own [policy]: drop it, or drop --policy and the rule flags"
+        )
+    if policy_file is not None:
+        body["policy"] = read_policy_file(policy_file)
+    elif from_flags:
+        body["policy"] = {"rules": from_flags}
+    for key, value in (("name", name), ("job_id", job_id), ("reason", reason)):
+        if value:
+            body[key] = value
+    return body
+
+
+def _apply_chdir(spec: dict[str, Any], chdir: str) -> None:
+    options = spec.get("options")
+    if options is None:
+        spec["options"] = {"chdir": chdir}
+    elif isinstance(options, Mapping) and "chdir" not in options:
+        spec["options"] = {**options, "chdir": chdir}

@@ -1,0 +1,727 @@
+"""``dispatch``: the command line of dispatch (DESIGN.md section 1).
+
+``dispatch up`` runs everything on this machine; every other command is a thin client of the
+HTTP API (``services/api/README.md``). Exit codes are in :mod:`dispatch_cli.errors`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shlex
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any, Final, TypeVar
+
+import click
+import msgspec
+
+from dispatch_cli.client import (
+    ApiClient,
+    CommandResponse,
+    EscalationView,
+    JobSummary,
+    new_idempotency_key,
+)
+from dispatch_cli.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_WATCH_UNSUCCESSFUL,
+    CliError,
+    UsageError,
+)
+from dispatch_cli.home import DEFAULT_API, default_data_dir, read_state, read_token
+from dispatch_cli.jobfile import PolicyFlags, build_submission, parse_causes
+from dispatch_cli.render import (
+    escalations_table,
+    event_line,
+    jobs_table,
+    plan_lines,
+    status_detail,
+    status_line,
+)
+from dispatch_cli.watching import Watcher
+from dispatch_core import JobCreated, State
+
+__all__ = ["cli", "main"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_EXIT_CODES_HELP: Final = """\b
+Exit codes: 0 ok; 1 failure (API 5xx, services); 2 usage or an unreadable
+job file; 3 API unreachable; 4 token refused (401) or forbidden (403);
+5 not found (404); 6 refused by the core (409); 7 invalid request (400);
+8 `watch`: the job settled failed or cancelled; 130 interrupted."""
+
+_DURATION: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNITS: Final = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _echo(text: str = "") -> None:
+    click.echo(text)
+
+
+def _err(text: str) -> None:
+    click.echo(text, err=True)
+
+
+def _json(value: object) -> None:
+    click.echo(msgspec.json.encode(value).decode())
+
+
+def parse_duration(text: str, *, option: str) -> float:
+    """``90``, ``90s``, ``30m``, ``2h``, ``1d`` -> seconds.
+
+    Raises:
+        UsageError: it doesn't parse or isn't positive.
+    """
+    match = _DURATION.match(text)
+    if match is None or float(match.group(1)) <= 0:
+        raise UsageError(f"{option}: {text!r} is not a duration like 90s, 30m, 2h or 1d")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+# ------------------------------------------------------------------------------ the client
+
+
+class Target:
+    """Where the API is and which token to send: options, then the environment, then the
+    state of a ``dispatch up`` on this machine."""
+
+    def __init__(self, api: str | None, token: str | None, as_json: bool) -> None:
+        data_dir = default_data_dir(os.environ)
+        state = read_state(data_dir)
+        self.from_up = api is None and state is not None
+        self.url = api or (state.api if state is not None else DEFAULT_API)
+        self.token = token or read_token(data_dir)
+        self.json = as_json
+
+    def client(self, *, timeout_s: float = 30.0) -> ApiClient:
+        """The API client."""
+        return ApiClient(self.url, self.token, timeout_s=timeout_s)
+
+
+def client_options(func: F) -> F:
+    """Add ``--api``, ``--token`` and ``--json`` to a client command; it receives ``target``."""
+
+    @click.option(
+        "--api",
+        envvar="DISPATCH_API",
+        metavar="URL",
+        help="The API's address [env DISPATCH_API; default: the running `dispatch up`, "
+        f"else {DEFAULT_API}].",
+    )
+    @click.option(
+        "--token",
+        envvar="DISPATCH_TOKEN",
+        metavar="TOKEN",
+        help="Bearer token [env DISPATCH_TOKEN; default: the one `dispatch up` keeps].",
+    )
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON (for scripts).")
+    @functools.wraps(func)
+    def wrapper(api: str | None, token: str | None, as_json: bool, **kwargs: Any) -> Any:
+        return func(target=Target(api, token, as_json), **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+class _Group(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)  # in the order they were added, not sorted
+
+
+@click.group(
+    cls=_Group,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=_EXIT_CODES_HELP,
+)
+@click.version_option(package_name="dispatch", prog_name="dispatch", message="%(prog)s %(version)s")
+def cli() -> None:
+    """Supervise long-running training jobs: say why a job stopped, recover it by rules
+    written against causes, and ask a person when it won't decide alone.
+
+    \b
+    Quick start (everything on this machine, local backend):
+      dispatch demo                      # watch a job get preempted, resubmitted, resume
+      dispatch up                        # in one terminal: NATS, services and the API
+      dispatch submit examples/local-train.toml --watch
+      dispatch status                    # every job; `dispatch status JOB` for one
+    """
+
+
+# -------------------------------------------------------------------------------- up / demo
+
+
+@cli.command(short_help="Run dispatch on this machine (NATS, services, API).")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where records, logs, the token and the local backend's jobs are kept "
+    "[env DISPATCH_DATA_DIR; default ~/.local/share/dispatch].",
+)
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8080, show_default=True,
+    help="The API's port on 127.0.0.1 (0: any free one).",
+)  # fmt: skip
+@click.option("--verbose", "-v", is_flag=True, help="Also print every service's log lines.")
+def up(data_dir: Path | None, port: int, verbose: bool) -> int:
+    """Run dispatch on this machine until Ctrl-C: a private nats-server with JetStream,
+    the observer of the local cluster, a supervisor, the notifier and the API, all on
+    loopback.
+
+    Prints the API's address and token. Started again on the same data directory it
+    continues where it stopped: records, jobs and the token are kept. Escalations are
+    printed here (and appended to <data dir>/escalations.log) unless a channel is
+    configured with NOTIFIER_* variables (e.g. NOTIFIER_SLACK_URL).
+
+    \b
+    Example:
+      dispatch up --data-dir /tmp/dispatch --port 8080
+      # in another terminal, with the two variables it prints:
+      export DISPATCH_API=http://127.0.0.1:8080 DISPATCH_TOKEN=...
+      dispatch submit examples/local-train.toml --watch
+    """
+    from dispatch_cli.embedded import Embedded
+
+    data = (data_dir or default_data_dir(os.environ)).expanduser()
+    embedded = Embedded(data, api_port=port, say=_echo, verbose=verbose)
+    stop = threading.Event()
+    presses = 0
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        nonlocal presses
+        presses += 1
+        if presses > 1:
+            _err("dispatch up: second interrupt: killing every service now")
+            embedded.kill()
+            os._exit(EXIT_INTERRUPTED)
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _echo(f"dispatch up: data in {embedded.data_dir}")
+        state = embedded.start()
+        if stop.is_set():
+            raise CliError("interrupted while starting", exit_code=EXIT_INTERRUPTED)
+        _echo("")
+        _echo(f"dispatch is up. API: {state.api}   token: {embedded.token}")
+        _echo("  Use it from another shell:")
+        _echo(f"    export DISPATCH_API={state.api} DISPATCH_TOKEN={embedded.token}")
+        _echo("    dispatch submit examples/local-train.toml --watch")
+        _echo("    dispatch status")
+        _echo(
+            f"  (on this machine the CLI also finds both by itself; the token is kept in "
+            f"{embedded.data_dir / 'token'})"
+        )
+        _echo(f"  Logs: {embedded.logs_dir}/   Ctrl-C stops everything.")
+        while not stop.wait(1.0):
+            embedded.watch()
+        _echo("dispatch up: stopping (Ctrl-C again to kill at once)")
+        embedded.stop()
+        jobs = embedded.live_jobs()
+        if jobs:
+            _echo(
+                f"dispatch up: {jobs} job(s) keep running on the local backend; "
+                "`dispatch up` again supervises them"
+            )
+        _echo("dispatch up: stopped")
+        return EXIT_OK
+    finally:
+        embedded.stop(quiet=True)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@cli.command(short_help="Watch a training job preempted and resumed.")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Use the `dispatch up` running on this data directory; without one running, the "
+    "demo starts its own in a new temporary directory and stops it at the end.",
+)
+@click.option(
+    "--epochs", type=click.IntRange(3, 1000), default=12, show_default=True,
+    help="Training epochs (one checkpoint each).",
+)  # fmt: skip
+@click.option(
+    "--epoch-s", type=click.FloatRange(0, 60), default=0.6, show_default=True,
+    help="Least seconds per epoch, so the run can be watched (0: full speed).",
+)  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON at the end.")
+def demo(data_dir: Path | None, epochs: int, epoch_s: float, as_json: bool) -> int:
+    """Show dispatch recovering a real training job, in about a minute.
+
+    A small PyTorch model (examples/local/train.py) trains on CPU under the local
+    backend, saving a checkpoint each epoch through dispatch_ckpt. Once it has published
+    a few, the demo preempts it (fault injection); its rule resubmits it, the new
+    execution resumes from the latest published checkpoint, and the job succeeds. Status
+    changes are shown live, the training's own lines prefixed with `|`, and a summary at
+    the end.
+
+    \b
+    Example:
+      dispatch demo
+      dispatch demo --epochs 20 --epoch-s 1
+    """
+    from dispatch_cli.demo import run_demo
+
+    return run_demo(data_dir=data_dir, epochs=epochs, epoch_s=epoch_s, as_json=as_json, say=_echo)
+
+
+# ------------------------------------------------------------------------------ submit
+
+
+def _causes(option: str) -> Callable[[click.Context, click.Parameter, str | None], Any]:
+    def convert(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+        if value is None:
+            return ()
+        try:
+            return parse_causes(value, option=option)
+        except UsageError as err:
+            raise click.BadParameter(err.message.removeprefix(f"{option}: ")) from err
+
+    return convert
+
+
+@cli.command(short_help="Submit a job file or batch script; show its plan.")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--cluster", metavar="NAME", help="The cluster (required for a batch script).")
+@click.option("--name", metavar="NAME", help="Prefix of the job id the API makes.")
+@click.option("--job-id", metavar="ID", help="The job's id (default: <name>-<8 random chars>).")
+@click.option("--reason", metavar="TEXT", help="Why it is submitted (recorded).")
+@click.option(
+    "--chdir", metavar="DIR", default=None,
+    help="Working directory of the job when the spec sets none [default: this directory].",
+)  # fmt: skip
+@click.option(
+    "--policy", "policy_file", type=click.Path(dir_okay=False, path_type=Path),
+    help="Recovery rules from a TOML/JSON file ([[rules]] on/action/budget).",
+)  # fmt: skip
+@click.option(
+    "--resubmit-on", metavar="CAUSES", callback=_causes("--resubmit-on"),
+    help="Rule: resubmit on these causes (comma-separated, e.g. preempted,node-lost).",
+)  # fmt: skip
+@click.option("--budget", type=click.IntRange(0), help="Budget of --resubmit-on [default 3].")
+@click.option(
+    "--hold-on", metavar="CAUSES", callback=_causes("--hold-on"),
+    help="Rule: hold for a person on these causes (e.g. non-zero-exit,out-of-memory).",
+)  # fmt: skip
+@click.option("--hold-for", metavar="DURATION", help="Deadline of --hold-on's hold (e.g. 12h).")
+@click.option(
+    "--escalate-on", metavar="CAUSES", callback=_causes("--escalate-on"),
+    help="Rule: fail and escalate on these causes.",
+)  # fmt: skip
+@click.option("--watch", "then_watch", is_flag=True, help="Then watch it until it settles.")
+@client_options
+def submit(
+    target: Target,
+    file: Path,
+    cluster: str | None,
+    name: str | None,
+    job_id: str | None,
+    reason: str | None,
+    chdir: str | None,
+    policy_file: Path | None,
+    resubmit_on: Sequence[Any],
+    budget: int | None,
+    hold_on: Sequence[Any],
+    hold_for: str | None,
+    escalate_on: Sequence[Any],
+    then_watch: bool,
+) -> int:
+    """Submit a job and print its id and plan: the rules as applied, what the plan
+    changed, and the causes no rule covers (before the job starts).
+
+    FILE is a dispatch job file (TOML or JSON: [spec] and [[policy.rules]], see
+    examples/*.toml), or a batch script with #SBATCH lines (then --cluster is required
+    and the rules come from --policy or the rule flags). The job runs in this directory
+    unless its spec sets options.chdir, as with sbatch.
+
+    \b
+    Examples:
+      dispatch submit examples/local-train.toml
+      dispatch submit train.sbatch --cluster slurm --resubmit-on preempted,node-lost --budget 3
+      dispatch submit train.sbatch --cluster slurm --policy rules.toml --watch
+    """
+    flags = PolicyFlags(
+        resubmit_on=resubmit_on,
+        budget=budget,
+        hold_on=hold_on,
+        hold_for_s=None if hold_for is None else parse_duration(hold_for, option="--hold-for"),
+        escalate_on=escalate_on,
+    )
+    body = build_submission(
+        file,
+        cluster=cluster,
+        name=name,
+        job_id=job_id,
+        reason=reason,
+        chdir=chdir or os.getcwd(),
+        policy_file=policy_file,
+        flags=flags,
+    )
+    client = target.client()
+    answer = client.submit(body, key=new_idempotency_key())
+    if target.json:
+        _json(answer)
+    else:
+        replayed = (
+            " (already submitted: answered from the first request)" if answer.replayed else ""
+        )
+        _echo(f"submitted job {answer.job_id}{replayed}")
+        _echo(f"  state:      {answer.status.state.value}")
+        for line in plan_lines(answer.plan):
+            _echo(line)
+        if not then_watch:
+            _echo(f"follow it:    dispatch watch {answer.job_id}")
+    if then_watch:
+        return _watch(client, answer.job_id, target.json)
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+@cli.command(short_help="Show jobs, or one job in detail.")
+@click.argument("job", required=False)
+@click.option(
+    "--state", "states", multiple=True, type=click.Choice([s.value for s in State]),
+    help="Only jobs in this state (repeatable).",
+)  # fmt: skip
+@click.option("--events", is_flag=True, help="With JOB: also print every event of its record.")
+@client_options
+def status(target: Target, job: str | None, states: tuple[str, ...], events: bool) -> int:
+    """Show every job in a table, or one job in detail: its state and cause, the hold in
+    force, its committed history and its escalations (with the command answering each).
+
+    \b
+    Examples:
+      dispatch status
+      dispatch status --state held --state recovering
+      dispatch status digits-k3x9ab2c --events
+    """
+    client = target.client()
+    if job is None:
+        listing = client.jobs(list(states) or None)
+        if target.json:
+            _json(listing)
+        elif not listing.jobs:
+            _echo("no jobs" + (" in that state" if states else " yet: dispatch submit FILE"))
+        else:
+            _echo(jobs_table(listing.jobs))
+        return EXIT_OK
+    current = client.status(job)
+    escalations = client.escalations(job_id=job).escalations
+    record = client.record(job)
+    if target.json:
+        _json(
+            {
+                "status": current,
+                "escalations": escalations,
+                **({"events": record.events} if events else {}),
+            }
+        )
+        return EXIT_OK
+    created = next((e.event for e in record.events if isinstance(e.event, JobCreated)), None)
+    cluster = created.spec.cluster if created is not None else None
+    command = None
+    if created is not None:
+        command = shlex.join(created.spec.command) or (
+            f"(script, {len(created.spec.script.splitlines())} lines)"
+            if created.spec.script
+            else None
+        )
+    _echo(status_detail(current, escalations, cluster=cluster, command=command))
+    if events:
+        _echo("record")
+        for entry in record.events:
+            _echo(event_line(entry.seq, entry.event))
+    return EXIT_OK
+
+
+def _watch(client: ApiClient, job_id: str, as_json: bool) -> int:
+    watcher = Watcher(client, job_id, emit=_echo, json_lines=as_json, say=_err)
+    final = watcher.run()
+    if not as_json:
+        _echo(f"job {job_id} settled: {final.state.value}")
+    return EXIT_OK if final.state is State.SUCCEEDED else EXIT_WATCH_UNSUCCESSFUL
+
+
+@cli.command(short_help="Follow a job's status live until it settles.")
+@click.argument("job")
+@client_options
+def watch(target: Target, job: str) -> int:
+    """Follow a job live: one line per Status change, until the job settles (exit 0 if
+    it succeeded, 8 if it failed or was cancelled). A transition the stream skipped is
+    shown from the record. Ctrl-C stops watching (the job goes on).
+
+    \b
+    Examples:
+      dispatch watch digits-k3x9ab2c
+      dispatch watch digits-k3x9ab2c --json | jq -r .state
+    """
+    return _watch(target.client(), job, target.json)
+
+
+@cli.command(short_help="List escalations waiting for a person.")
+@click.option("--all", "show_all", is_flag=True, help="Every escalation, answered or not.")
+@click.option("--job", metavar="JOB", help="Only this job's.")
+@click.option("--undelivered", is_flag=True, help="Only those no channel has accepted yet.")
+@client_options
+def escalations(target: Target, show_all: bool, job: str | None, undelivered: bool) -> int:
+    """List escalations: dispatch asking a person to decide. By default those still open:
+    not delivered yet, of a job that can still act, or a failure nobody has superseded
+    yet. Each id's prefix says what happened; `dispatch status JOB` shows the command
+    that answers it.
+
+    \b
+    Examples:
+      dispatch escalations
+      dispatch escalations --all --job digits-k3x9ab2c
+    """
+    client = target.client()
+    found = client.escalations(job_id=job, delivered=False if undelivered else None).escalations
+    if not show_all and not undelivered:
+        jobs = {j.job_id: j for j in client.jobs().jobs}
+        found = tuple(e for e in found if _is_open(e, jobs.get(e.job_id)))
+    if target.json:
+        _json({"escalations": found})
+    elif not found:
+        _echo("no escalations" + ("" if show_all else " open (--all shows every one)"))
+    else:
+        _echo(escalations_table(found))
+        _echo("answer each by its id: `dispatch status JOB` shows how")
+    return EXIT_OK
+
+
+def _is_open(escalation: EscalationView, job: JobSummary | None) -> bool:
+    """Whether an escalation still waits for a person: undelivered; or its job can still act;
+    or (``failed:``, ``refused:``) its job failed and nobody has superseded it yet."""
+    if escalation.delivered is None or job is None or not job.settled:
+        return True
+    prefix = escalation.id.partition(":")[0]
+    return prefix in ("failed", "refused") and job.superseded_by is None
+
+
+@cli.command(short_help="Print a job's record, event by event.")
+@click.argument("job")
+@click.option("--after", type=click.IntRange(0), default=0, help="Only events after this seq.")
+@client_options
+def record(target: Target, job: str, after: int) -> int:
+    """Print a job's record: every event, with its seq, oldest first.
+
+    \b
+    Example:
+      dispatch record digits-k3x9ab2c
+    """
+    answer = target.client().record(job, after)
+    if target.json:
+        _json(answer)
+    else:
+        for entry in answer.events:
+            _echo(event_line(entry.seq, entry.event))
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------ operator commands
+
+
+def _show_command(target: Target, answer: CommandResponse) -> None:
+    if target.json:
+        _json(answer)
+        return
+    note = " (answered from an earlier identical request)" if answer.replayed else ""
+    _echo(f"{answer.command}: committed to job {answer.job_id}{note}")
+    for entry in answer.events:
+        _echo("  " + event_line(entry.seq, entry.event).lstrip())
+    _echo("  now: " + status_line(answer.status))
+    if answer.new_job_id is not None:
+        _echo(f"new job {answer.new_job_id} supersedes {answer.job_id}")
+        if answer.plan is not None:
+            for line in plan_lines(answer.plan):
+                _echo(line)
+        _echo(f"follow it:    dispatch watch {answer.new_job_id}")
+
+
+_REASON = click.option(
+    "--reason", "-r", required=True, metavar="TEXT",
+    help="Why, in your words (required; recorded with the command).",
+)  # fmt: skip
+
+
+def _operator(name: str, short: str, help_text: str, example: str) -> None:
+    """Register a command taking only JOB and --reason."""
+
+    @_REASON
+    @click.argument("job")
+    @client_options
+    def command(target: Target, job: str, reason: str) -> int:
+        answer = target.client().command(job, name, {"reason": reason}, key=new_idempotency_key())
+        _show_command(target, answer)
+        return EXIT_OK
+
+    command.__doc__ = f"{help_text}\n\n\b\nExample:\n  {example}"
+    cli.command(name, short_help=short)(command)
+
+
+@cli.command(short_help="Hold a job until it is released.")
+@click.argument("job")
+@_REASON
+@click.option(
+    "--for", "for_", metavar="DURATION", default="24h", show_default=True,
+    help="Until the hold is overdue (escalated overdue:<n>; it stays in force).",
+)  # fmt: skip
+@client_options
+def hold(target: Target, job: str, reason: str, for_: str) -> int:
+    """Hold a job: nothing of it is launched and no gate opens until it is released.
+
+    \b
+    Example:
+      dispatch hold digits-k3x9ab2c --reason "node maintenance tonight" --for 12h
+    """
+    body = {"reason": reason, "for_s": parse_duration(for_, option="--for")}
+    _show_command(target, target.client().command(job, "hold", body, key=new_idempotency_key()))
+    return EXIT_OK
+
+
+_operator(
+    "release",
+    "Release an actor's hold.",
+    "Release the hold an actor placed (a recovery hold is refused: resubmit, cancel or "
+    "give up instead). Releasing someone else's hold is recorded as an override.",
+    'dispatch release digits-k3x9ab2c --reason "maintenance done"',
+)
+_operator(
+    "resubmit",
+    "Run a new submission of a job under a recovery hold.",
+    "Run a new submission of a job under a recovery hold (spends no rule's budget).",
+    'dispatch resubmit digits-k3x9ab2c --reason "bad node drained, try again"',
+)
+_operator(
+    "cancel",
+    "Cancel a job.",
+    "Cancel a job: stop its objects; its outcome becomes cancelled.",
+    'dispatch cancel digits-k3x9ab2c --reason "wrong learning rate"',
+)
+_operator(
+    "give-up",
+    "Fail a held job with the cause that ended it.",
+    "Fail a held job with the cause that ended it (records the decision).",
+    'dispatch give-up digits-k3x9ab2c --reason "OOM at every size we tried"',
+)
+
+
+@cli.command(short_help="Close an unknown launch or a foreign object.")
+@click.argument("job")
+@_REASON
+@click.option("--submission", type=click.IntRange(1), help="N of all-unknown:<N> (alone).")
+@click.option(
+    "--attempt", type=click.IntRange(1), help="a of unmatched:<N>/<a> (with --submission)."
+)
+@click.option("--foreign", metavar="CLUSTER/ID", help="The object of foreign:<id>.")
+@client_options
+def abandon(
+    target: Target,
+    job: str,
+    reason: str,
+    submission: int | None,
+    attempt: int | None,
+    foreign: str | None,
+) -> int:
+    """Close a launch whose outcome nobody knows, or dispose of a foreign object (a human
+    token only). Check the scheduler first: there must be no object for it.
+
+    \b
+    Examples:
+      dispatch abandon digits-k3x9ab2c --submission 2 --reason "no such job in squeue"
+      dispatch abandon digits-k3x9ab2c --submission 2 --attempt 1 --reason "not in squeue"
+      dispatch abandon digits-k3x9ab2c --foreign slurm/81234 --reason "site plugin rewrite"
+    """
+    if (foreign is None) == (submission is None):
+        raise UsageError("give either --submission N [--attempt A] or --foreign CLUSTER/ID")
+    target_body: dict[str, Any]
+    if foreign is not None:
+        if attempt is not None:
+            raise UsageError("abandon: --attempt goes with --submission, not --foreign")
+        cluster, sep, object_id = foreign.partition("/")
+        if not sep or not cluster or not object_id:
+            raise UsageError(f"--foreign: {foreign!r} is not CLUSTER/ID (e.g. slurm/81234)")
+        target_body = {"foreign": {"cluster": cluster, "id": object_id}}
+    else:
+        target_body = {"submission": submission}
+        if attempt is not None:
+            target_body["attempt"] = attempt
+    body = {"reason": reason, "target": target_body}
+    _show_command(target, target.client().command(job, "abandon", body, key=new_idempotency_key()))
+    return EXIT_OK
+
+
+@cli.command(short_help="Run a finished job again as a new job.")
+@click.argument("job")
+@_REASON
+@click.option("--new-job-id", metavar="ID", help="The new job's id.")
+@click.option("--name", metavar="NAME", help="Prefix of the new id the API makes.")
+@client_options
+def supersede(
+    target: Target, job: str, reason: str, new_job_id: str | None, name: str | None
+) -> int:
+    """Run a finished job again as a new job: same spec, a higher epoch (its checkpoints
+    outrank the old job's, and it can resume from them), linked both ways.
+
+    \b
+    Example:
+      dispatch supersede digits-k3x9ab2c --reason "fixed the data path"
+    """
+    body: dict[str, Any] = {"reason": reason}
+    if new_job_id:
+        body["new_job_id"] = new_job_id
+    if name:
+        body["name"] = name
+    answer = target.client().command(job, "supersede", body, key=new_idempotency_key())
+    _show_command(target, answer)
+    return EXIT_OK
+
+
+_operator(
+    "emergency-stop",
+    "Kill every live object of a job at once.",
+    "Kill every live object of a job at once, without waiting (cancels a job without an outcome).",
+    'dispatch emergency-stop digits-k3x9ab2c --reason "writing to the wrong bucket"',
+)
+
+
+# ------------------------------------------------------------------------------ main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; return its exit status (see :mod:`dispatch_cli.errors`)."""
+    try:
+        result = cli.main(args=list(argv) if argv is not None else None, prog_name="dispatch",
+                          standalone_mode=False)  # fmt: skip
+    except click.exceptions.Abort:
+        _err("interrupted")
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return EXIT_INTERRUPTED
+    except click.ClickException as err:
+        err.show()
+        return err.exit_code
+    except CliError as err:
+        _err(f"error: {err.message}")
+        return err.exit_code
+    except BrokenPipeError:
+        # `dispatch status | head`: the reader went away; that is not a failure.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    return result if isinstance(result, int) else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

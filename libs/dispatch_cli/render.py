@@ -1,0 +1,340 @@
+"""How the CLI shows things to a person: tables, a job in detail, a plan, a Status line.
+
+Everything here is pure (text in, text out); ``--json`` output bypasses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import assert_never
+
+from dispatch_cli.client import EscalationView, JobSummary
+from dispatch_core import (
+    Abandoned,
+    CancelRequested,
+    Cause,
+    CauseKind,
+    CessationObserved,
+    EmergencyStopRequested,
+    EscalationCommitted,
+    EscalationDelivered,
+    ExecutionEnded,
+    GateOpened,
+    GaveUp,
+    HoldPlaced,
+    HoldReleased,
+    HoldView,
+    JobCreated,
+    JobEvent,
+    LaunchIntended,
+    LaunchRecorded,
+    LaunchRefused,
+    LaunchUnknown,
+    NodeLossObserved,
+    OutcomeCommitted,
+    Plan,
+    RecoveryCommitted,
+    Status,
+    StopRequested,
+    SubmissionOpened,
+    Superseded,
+    Transition,
+)
+
+__all__ = [
+    "answer_hint",
+    "cause_text",
+    "escalations_table",
+    "event_line",
+    "hold_text",
+    "jobs_table",
+    "plan_lines",
+    "status_detail",
+    "status_line",
+    "table",
+    "when",
+]
+
+
+def when(at: datetime | None, *, now: datetime | None = None) -> str:
+    """``at`` in local time: ``HH:MM:SS`` today, else ``YYYY-MM-DD HH:MM:SS``."""
+    if at is None:
+        return "-"
+    local = at.astimezone()
+    today = (now or datetime.now(UTC)).astimezone().date()
+    return local.strftime("%H:%M:%S" if local.date() == today else "%Y-%m-%d %H:%M:%S")
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """Left-aligned columns separated by two spaces; the last column is not padded."""
+    all_rows = [list(headers), *([str(c) for c in row] for row in rows)]
+    widths = [max(len(r[i]) for r in all_rows) for i in range(len(headers))]
+    lines = []
+    for row in all_rows:
+        cells = [c.ljust(widths[i]) for i, c in enumerate(row[:-1])] + [row[-1]]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def cause_text(cause: Cause, *, detail: bool = True) -> str:
+    """``preempted: "preempted by fault injection" (scheduler)``; ``none`` alone."""
+    if cause.kind is CauseKind.NONE and not cause.detail:
+        return "none"
+    text = cause.kind.value
+    if not detail:
+        return text
+    extras = []
+    if cause.detail:
+        extras.append(f'"{cause.detail}"')
+    who = cause.provenance.value
+    if cause.actor is not None:
+        who += f" {cause.actor.name}"
+    extras.append(f"({who})")
+    if cause.exit_code is not None and "exit code" not in cause.detail:
+        extras.append(f"exit code {cause.exit_code}")
+    return f"{text}: " + " ".join(extras)
+
+
+def hold_text(hold: HoldView | None) -> str:
+    """One line about the hold in force, or ``-``."""
+    if hold is None:
+        return "-"
+    text = f"{hold.kind.value} hold #{hold.instance} by {hold.by.name}: {hold.reason}"
+    text += f" (until {when(hold.deadline)}{', OVERDUE' if hold.overdue else ''})"
+    return text
+
+
+def plan_lines(plan: Plan) -> list[str]:
+    """The plan as a user reads it before the job starts: each rule, the substitutions, and
+    the causes no rule covers (an execution ending with one fails the job)."""
+    lines = []
+    if not plan.rules:
+        lines.append("  rules:      none")
+    for rule in plan.rules:
+        on = ", ".join(k.value for k in rule.on)
+        text = f"  rule {rule.rule}:     {rule.action.value} on {on}"
+        if rule.action.value in ("resubmit", "restart", "requeue"):
+            text += f" (budget {rule.budget})"
+        if rule.action.value == "hold":
+            text += f" (overdue after {_duration(rule.hold_for_s)})"
+        if rule.enforcer.value == "backend":
+            text += " [backend enforces it]"
+        if rule.substituted_for is not None:
+            text += f" [instead of {rule.substituted_for.value}]"
+        if rule.unenforced:
+            text += f" [NOT ENFORCED: {rule.unenforced}]"
+        lines.append(text)
+    for sub in plan.substitutions:
+        lines.append(
+            f"  changed:    rule {sub.rule} {sub.original.value} -> {sub.substitute.value}: "
+            f"{sub.reason}"
+        )
+    if plan.uncovered:
+        lines.append("  uncovered:  " + ", ".join(k.value for k in plan.uncovered))
+        lines.append("              (an execution ending with one of these fails the job)")
+    else:
+        lines.append("  uncovered:  none: every cause has a rule")
+    return lines
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 60:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
+
+
+def status_line(status: Status) -> str:
+    """One line of ``watch``: time, state, cause, and where it runs."""
+    parts = [when(status.at), f"{status.state.value:<10}", cause_text(status.cause)]
+    where = []
+    if status.submission is not None:
+        where.append(f"submission {status.submission}")
+    if status.epoch is not None:
+        where.append(f"epoch {status.epoch}")
+    if status.objects:
+        where.append("objects " + ", ".join(f"{o.cluster}/{o.id}" for o in status.objects))
+    if status.hold is not None:
+        where.append(hold_text(status.hold))
+    if status.settled:
+        where.append("settled")
+    line = "  ".join(parts)
+    return line + (f"  [{'; '.join(where)}]" if where else "")
+
+
+def transition_line(transition: Transition, *, note: str = "") -> str:
+    """One committed transition of a job's history."""
+    text = f"{when(transition.at)}  {transition.state.value:<10}  {cause_text(transition.cause)}"
+    if transition.detail:
+        text += f"  -- {transition.detail}"
+    return text + note
+
+
+def jobs_table(jobs: Sequence[JobSummary]) -> str:
+    """``dispatch status``: one row per job."""
+    rows = []
+    for job in jobs:
+        hold = "-"
+        if job.hold is not None:
+            hold = job.hold.kind.value + (" (overdue)" if job.hold.overdue else "")
+        rows.append(
+            [
+                job.job_id,
+                job.state.value,
+                cause_text(job.cause, detail=False),
+                "-" if job.submission is None else str(job.submission),
+                hold,
+                "yes" if job.settled else "no",
+                f"superseded by {job.superseded_by}" if job.superseded_by else "",
+            ]
+        )
+    return table(["JOB", "STATE", "CAUSE", "SUB", "HOLD", "SETTLED", ""], rows)
+
+
+def answer_hint(job_id: str, escalation_id: str, *, cluster: str | None = None) -> str:
+    """The command that answers an escalation (seed 002, "Answer it by its id")."""
+    prefix, _, rest = escalation_id.partition(":")
+    r = '--reason "..."'
+    match prefix:
+        case "overdue":
+            return (
+                f"dispatch release {job_id} {r} (an actor hold); for a recovery hold: "
+                f"dispatch resubmit|cancel|give-up {job_id} {r}"
+            )
+        case "all-unknown":
+            return (
+                f"check the scheduler for dj-{job_id}; if none: "
+                f"dispatch abandon {job_id} --submission {rest} {r}"
+            )
+        case "unmatched":
+            sub, _, att = rest.partition("/")
+            return (
+                f"check the scheduler for dj-{job_id}; if none: "
+                f"dispatch abandon {job_id} --submission {sub} --attempt {att} {r}"
+            )
+        case "foreign":
+            target = f"{cluster or 'CLUSTER'}/{rest}"
+            return (
+                "stop it on the scheduler if it shouldn't run, then: "
+                f"dispatch abandon {job_id} --foreign {target} {r}"
+            )
+        case "admin-held":
+            return f"ask whoever holds object {rest}, or: dispatch cancel {job_id} {r}"
+        case "failed" | "refused":
+            return f"to run it again: dispatch supersede {job_id} {r}"
+        case "cleanup-deadline":
+            return f"stop what is left on the scheduler, or: dispatch emergency-stop {job_id} {r}"
+        case _:
+            return "nothing to answer"
+
+
+def escalations_table(escalations: Sequence[EscalationView]) -> str:
+    """``dispatch escalations``: one row per escalation, with the command that answers it."""
+    rows = [
+        [
+            when(e.at),
+            e.job_id,
+            e.id,
+            "delivered" if e.delivered is not None else "UNDELIVERED",
+            e.detail,
+        ]
+        for e in escalations
+    ]
+    return table(["AT", "JOB", "ID", "DELIVERY", "DETAIL"], rows)
+
+
+def event_line(seq: int, event: JobEvent) -> str:
+    """One record event, in a few words."""
+    match event:
+        case JobCreated():
+            what = f"created on {event.spec.cluster} by {event.by.name}"
+            if event.supersedes:
+                what += f", superseding {event.supersedes}"
+        case SubmissionOpened():
+            what = f"submission {event.submission} opened ({event.why})"
+        case LaunchRecorded():
+            what = (
+                f"launch {event.submission}/{event.attempt} -> {event.ref.cluster}/{event.ref.id}"
+            )
+        case LaunchIntended():
+            what = f"launch {event.submission}/{event.attempt} intended"
+        case LaunchRefused():
+            what = f"launch {event.submission}/{event.attempt} refused: {event.detail}"
+        case LaunchUnknown():
+            what = f"launch {event.submission}/{event.attempt} outcome unknown: {event.detail}"
+        case GateOpened():
+            what = f"gate of {event.ref.cluster}/{event.ref.id} opened"
+        case StopRequested():
+            kind = "emergency stop" if event.emergency else "stop"
+            what = f"{kind} of {event.ref.cluster}/{event.ref.id}: {event.why}"
+        case NodeLossObserved():
+            what = f"{event.ref.cluster}/{event.ref.id} on a lost node: {cause_text(event.cause)}"
+        case CessationObserved():
+            what = f"{event.ref.cluster}/{event.ref.id} ceased: {'yes' if event.ceased else 'no'}"
+        case CancelRequested() | GaveUp() | EmergencyStopRequested():
+            what = f"by {event.by.name}: {event.reason}"
+        case Superseded():
+            what = f"by job {event.new_job} ({event.by.name}: {event.reason})"
+        case ExecutionEnded():
+            what = f"{event.ref.cluster}/{event.ref.id} ended: {cause_text(event.cause)}"
+        case RecoveryCommitted():
+            what = f"recovery: rule {event.rule} {event.action.value} on {event.cause.kind.value}"
+        case HoldPlaced():
+            what = f"{event.kind.value} hold #{event.instance} by {event.by.name}: {event.reason}"
+        case HoldReleased():
+            what = f"hold #{event.instance} ended ({event.how}) by {event.by.name}"
+        case Abandoned():
+            what = f"{event.target} abandoned by {event.by.name}: {event.reason}"
+        case OutcomeCommitted():
+            what = f"outcome {event.state.value}: {cause_text(event.cause)}"
+        case EscalationCommitted():
+            what = f"escalation {event.id}: {event.detail}"
+        case EscalationDelivered():
+            what = f"escalation {event.id} delivered"
+        case _:
+            assert_never(event)
+    tag = type(event).__struct_config__.tag
+    return f"{seq:>6}  {when(event.at)}  {tag:<24} {what}".rstrip()
+
+
+def status_detail(
+    status: Status,
+    escalations: Sequence[EscalationView],
+    *,
+    cluster: str | None = None,
+    command: str | None = None,
+) -> str:
+    """``dispatch status JOB``: the job in detail, its history and its escalations."""
+    lines = [f"job {status.job_id}" + (f"  (cluster {cluster})" if cluster else "")]
+    if command:
+        lines.append(f"  command     {command}")
+    lines.append(f"  state       {status.state.value}{'  (settled)' if status.settled else ''}")
+    lines.append(f"  cause       {cause_text(status.cause)}")
+    if status.submission is not None:
+        lines.append(f"  submission  {status.submission}")
+    if status.epoch is not None:
+        lines.append(f"  epoch       {status.epoch}")
+    objects = ", ".join(f"{o.cluster}/{o.id}" for o in status.objects) or "-"
+    lines.append(f"  objects     {objects}")
+    lines.append(f"  hold        {hold_text(status.hold)}")
+    if status.supersedes:
+        lines.append(f"  supersedes  {status.supersedes}")
+    if status.superseded_by:
+        lines.append(f"  superseded  by {status.superseded_by}")
+    lines.append(f"  as of       {when(status.at)} (record seq {status.seq}, {status.level.value})")
+    lines.append("history (committed transitions, oldest first)")
+    if status.history:
+        lines.extend("  " + transition_line(t) for t in status.history)
+    else:
+        lines.append("  none yet")
+    lines.append("escalations")
+    if escalations:
+        for e in escalations:
+            state = "delivered" if e.delivered is not None else "UNDELIVERED"
+            lines.append(f"  {when(e.at)}  {e.id}  [{state}]  {e.detail}")
+            lines.append(f"      answer: {answer_hint(status.job_id, e.id, cluster=cluster)}")
+    else:
+        lines.append("  none")
+    return "\n".join(lines)
