@@ -31,12 +31,13 @@ from dispatch_backends.protocol import (
     Snapshot,
     Unreachable,
 )
-from dispatch_backends.slurm.causes import ADMIN_HOLD, USER_HOLD
+from dispatch_backends.slurm.causes import ADMIN_HOLD, USER_HOLDS
 from dispatch_backends.slurm.commands import CommandResult, CommandTimeout, Runner
 from dispatch_backends.slurm.observe import Memory, dispatch_job_id, observe_all
 from dispatch_backends.slurm.parse import (
     ACCT_FIELDS,
     QUEUE_FIELDS,
+    SINFO_FIELDS,
     AcctRow,
     NodeState,
     ParseError,
@@ -63,7 +64,7 @@ log = logging.getLogger("dispatch_backends.slurm")
 
 _QUEUE_FORMAT: Final = ",".join(f"{field}:|" for field in QUEUE_FIELDS)
 _ACCT_FORMAT: Final = ",".join(ACCT_FIELDS)
-_SINFO_FORMAT: Final = "%N|%T|%E"
+_SINFO_FORMAT: Final = ",".join(f"{field}:|" for field in SINFO_FIELDS)
 _INVALID_JOB: Final = "Invalid job id specified"
 _MAYBE_MADE: Final = ("Socket timed out", "Zero Bytes were transmitted")
 """sbatch words after which the request may have reached slurmctld: the outcome is unknown."""
@@ -239,7 +240,7 @@ class SlurmBackend:
         state, reason = await self._queue_state(ref)
         if reason == ADMIN_HOLD:
             raise AdminHeldError(self._cluster, ref.id)
-        if state != "PENDING" or reason != USER_HOLD:
+        if state != "PENDING" or reason not in USER_HOLDS:
             return
         result = await self._runner.run("scontrol", "release", ref.id)
         if result.returncode != 0 and "already finished" not in result.words:
@@ -332,7 +333,7 @@ class SlurmBackend:
             raise Unreachable(self._cluster, f"squeue: {err}") from err
 
     async def _sinfo(self) -> dict[str, NodeState]:
-        result = await self._runner.run("sinfo", "-h", "-N", "-o", _SINFO_FORMAT)
+        result = await self._runner.run("sinfo", "-h", "-N", "-O", _SINFO_FORMAT)
         self._check(result)
         try:
             return parse_sinfo(result.stdout)

@@ -58,9 +58,10 @@ jobcomp file)                                                                fil
 =================================  ===============  ===========  ==========  =========
 
 **Gates** ([L] holds): ``PENDING`` with reason ``JobHeldUser`` is dispatch's own closed gate
-(``sbatch --hold``; also ``scontrol uhold``, which reads the same); ``JobHeldAdmin`` is
-``admin-held`` (cause ``held``, provenance scheduler, the words kept); so are
-``SPECIAL_EXIT`` and ``RESV_DEL_HOLD`` (held by Slurm itself, [S]). Anything else is open.
+(``sbatch --hold``; also ``scontrol uhold`` and ``requeuehold``, which read the same);
+``JobHeldAdmin`` is ``admin-held`` (cause ``held``, provenance scheduler, the words kept);
+so are ``SPECIAL_EXIT`` and ``RESV_DEL_HOLD`` (held by Slurm itself, [S]). Anything else is
+open.
 
 **Phases**: ``PENDING``, ``CONFIGURING`` (nodes booting), ``REQUEUE_HOLD``, ``REQUEUED``,
 ``REQUEUE_FED``, ``SPECIAL_EXIT``, ``RESV_DEL_HOLD`` are ``pending``; ``RUNNING``,
@@ -89,6 +90,7 @@ __all__ = [
     "ADMIN_HOLD",
     "ENDED_STATES",
     "USER_HOLD",
+    "USER_HOLDS",
     "actor_uid",
     "cancel_actor",
     "detail",
@@ -132,6 +134,10 @@ _STOPPING_FLAGS: Final = frozenset({"COMPLETING", "SIGNALING", "STAGE_OUT"})
 
 USER_HOLD: Final = "JobHeldUser"
 """The pending reason of dispatch's own gate, ``sbatch --hold`` [L]."""
+USER_HOLDS: Final = frozenset({USER_HOLD, "job requeued in held state"})
+"""Pending reasons of a user hold: ``sbatch --hold``, ``scontrol uhold``, and ``scontrol
+requeuehold`` (squeue's ``%r`` spells that one ``job requeued in held state``, json
+``JobHeldUser``) [L]. ``scontrol release`` lifts each."""
 ADMIN_HOLD: Final = "JobHeldAdmin"
 """The pending reason of an administrator's hold, ``scontrol hold`` by root [L]."""
 _SYSTEM_HOLD_STATES: Final = frozenset({"SPECIAL_EXIT", "RESV_DEL_HOLD"})
@@ -158,7 +164,7 @@ def gate_of(state: str, reason: str) -> GateState:
         return GateState.OPEN
     if reason == ADMIN_HOLD:
         return GateState.ADMIN_HELD
-    if reason == USER_HOLD:
+    if reason in USER_HOLDS:
         return GateState.CLOSED
     return GateState.OPEN
 

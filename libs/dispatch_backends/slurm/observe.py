@@ -20,7 +20,7 @@ exit status and reason, and sacct's State when sacct has the run (it names the u
 cancel). A ``CANCELLED`` job that sacct doesn't show yet is reported ``stopping`` until it
 does (or for ``accounting_grace_s`` at most), so that its cause names the actor.
 
-**A lost node** (sinfo: not responding ``*``, or ``down``/``fail``) under a running job: the
+**A lost node** (sinfo: not responding, or down) under a running job: the
 job is running with cause ``node-lost`` (``at`` = when the backend first saw it), the one
 case where a running object carries a cause; the planner fences it after the declared
 node-loss window (seed 000).

@@ -32,6 +32,7 @@ import msgspec
 __all__ = [
     "ACCT_FIELDS",
     "QUEUE_FIELDS",
+    "SINFO_FIELDS",
     "AcctRow",
     "DispatchTag",
     "ExitStatus",
@@ -661,12 +662,14 @@ def runs(rows: Iterable[AcctRow], raw_id: str) -> list[AcctRow]:
 
 
 class NodeState(msgspec.Struct, frozen=True, kw_only=True):
-    """A node as ``sinfo -h -N -o '%N|%T|%E'`` shows it.
+    """A node as ``sinfo -h -N -O 'NodeList:|,StateComplete:|,Reason:|'`` shows it.
 
     Attributes:
         name: the node.
-        state: ``%T`` verbatim (``allocated*``, ``down``, ``failing``, ``idle``).
-        reason: ``%E`` (``none`` when none).
+        state: ``StateComplete`` verbatim: the base state and every flag, ``+``-joined
+            (``mixed+fail``, ``down+not_responding``, ``idle+drain``); a ``%T``-style state
+            (``allocated*``, ``down``) is read too.
+        reason: the reason (``none`` when none).
     """
 
     name: str
@@ -674,26 +677,38 @@ class NodeState(msgspec.Struct, frozen=True, kw_only=True):
     reason: str = ""
 
     @property
-    def not_responding(self) -> bool:
-        """``*`` suffix: slurmctld gets no answer from its slurmd."""
-        return self.state.endswith("*")
+    def parts(self) -> tuple[str, ...]:
+        """The base state, then its flags, lower case, without ``%T``'s suffixes."""
+        return tuple(p.rstrip("*~#!%$@^-").lower() for p in self.state.split("+") if p)
 
     @property
     def base(self) -> str:
-        """The state without flags (``down`` of ``down*``, ``drained`` of ``drained~``)."""
-        return self.state.rstrip("*~#!%$@^-")
+        """The base state (``mixed`` of ``mixed+fail``, ``down`` of ``down*``)."""
+        return self.parts[0] if self.parts else ""
+
+    @property
+    def not_responding(self) -> bool:
+        """slurmctld gets no answer from its slurmd (``*`` in ``%T``, ``not_responding`` in
+        ``StateComplete``)."""
+        return self.state.split("+")[0].endswith("*") or "not_responding" in self.parts[1:]
 
     @property
     def lost(self) -> bool:
-        """Whether a job on it has lost it: not responding, or down (sinfo ``down``,
-        ``fail``). ``failing`` (``state=fail`` while a job runs) is not: the job goes on
-        (slurm-lab README, "node state=fail while a job runs")."""
-        return self.not_responding or self.base in ("down", "fail")
+        """Whether a job on it has lost it: not responding, or down. A ``fail`` flag
+        (``state=fail`` while a job runs: ``mixed+fail``, sinfo ``%T`` ``failing`` or, as
+        measured, sometimes ``fail``) is not: the job goes on (slurm-lab README, "node
+        state=fail while a job runs")."""
+        return self.not_responding or self.base == "down"
+
+
+SINFO_FIELDS: Final = ("NodeList", "StateComplete", "Reason")
+"""The ``sinfo -N -O`` fields the backend asks for, each followed by ``|``. ``%T`` is not
+used: on a node in ``mixed+fail`` it printed ``failing`` once and ``fail`` the next time."""
 
 
 def parse_sinfo(text: str) -> dict[str, NodeState]:
-    """Parse ``sinfo -h -N -o '%N|%T|%E'`` (a node is listed once per partition; the first
-    line wins).
+    """Parse ``sinfo -h -N -O 'NodeList:|,StateComplete:|,Reason:|'`` (or ``-o
+    '%N|%T|%E'``); a node is listed once per partition, the first line wins.
 
     Raises:
         ParseError: a line without two ``|``.
@@ -705,7 +720,8 @@ def parse_sinfo(text: str) -> dict[str, NodeState]:
         parts = line.split("|", 2)
         if len(parts) < 3:
             raise ParseError(f"sinfo line {line!r}: expected <node>|<state>|<reason>")
-        name, state, reason = (p.strip() for p in parts)
+        name, state, reason = parts[0].strip(), parts[1].strip(), parts[2].strip()
+        reason = reason[:-1] if reason.endswith("|") else reason
         nodes.setdefault(name, NodeState(name=name, state=state, reason=reason))
     return nodes
 

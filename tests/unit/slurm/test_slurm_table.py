@@ -167,7 +167,14 @@ def test_small_parsers() -> None:
         assert parse_comment(foreign) is None, foreign
     nodes = parse_sinfo(
         "node1|allocated*|none\nnode1|allocated*|none\nnode2|down|lost\nnode3|failing|x\n"
+        "node4|mixed+not_responding|none|\nnode5|mixed+fail|x|\nnode6|down+fail|x|\n"
+        "node7|idle+drain|x|\n"
     )
+    assert nodes["node4"].lost
+    assert not nodes["node5"].lost
+    assert nodes["node6"].lost
+    assert not nodes["node7"].lost
+    assert nodes["node5"].reason == "x"
     assert nodes["node1"].lost
     assert nodes["node2"].lost
     assert not nodes["node3"].lost
