@@ -96,9 +96,11 @@ class Target:
     def __init__(self, api: str | None, token: str | None, as_json: bool) -> None:
         data_dir = default_data_dir(os.environ)
         state = read_state(data_dir)
-        self.from_up = api is None and state is not None
         self.url = api or (state.api if state is not None else DEFAULT_API)
-        self.token = token or read_token(data_dir)
+        # The token `up` keeps goes only to that up's API (or the default address), never to
+        # another server named by --api.
+        local = self.url.rstrip("/") in {DEFAULT_API, state.api if state else DEFAULT_API}
+        self.token = token or (read_token(data_dir) if local else None)
         self.json = as_json
 
     def client(self, *, timeout_s: float = 30.0) -> ApiClient:
