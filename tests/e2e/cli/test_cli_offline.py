@@ -1,0 +1,187 @@
+"""The CLI's pure parts, without a server: job files and batch scripts, rule flags,
+durations, and how ``watch`` shows a transition the status stream skipped."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from dispatch_cli.client import ApiClient, SseMessage
+from dispatch_cli.errors import UsageError
+from dispatch_cli.jobfile import PolicyFlags, build_submission, parse_causes
+from dispatch_cli.main import parse_duration
+from dispatch_cli.watching import MISSED_NOTE, Watcher
+from dispatch_core import (
+    Cause,
+    CauseKind,
+    Level,
+    Provenance,
+    State,
+    Status,
+    Transition,
+)
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def build(path: Path, **options: Any) -> dict[str, Any]:
+    defaults: dict[str, Any] = {
+        "cluster": None,
+        "name": None,
+        "job_id": None,
+        "reason": None,
+        "chdir": "/work",
+        "policy_file": None,
+        "flags": PolicyFlags(),
+    }
+    return build_submission(path, **{**defaults, **options})
+
+
+def test_a_toml_job_file_is_the_submit_body_run_where_it_was_submitted(tmp_path: Path) -> None:
+    path = tmp_path / "job.toml"
+    path.write_text(
+        'name = "digits"\n[spec]\ncluster = "local"\ncommand = ["python", "t.py"]\n'
+        '[[policy.rules]]\non = ["preempted"]\naction = "resubmit"\nbudget = 2\n'
+    )
+    body = build(path, reason="because")
+    assert body == {
+        "name": "digits",
+        "reason": "because",
+        "spec": {"cluster": "local", "command": ["python", "t.py"], "options": {"chdir": "/work"}},
+        "policy": {"rules": [{"on": ["preempted"], "action": "resubmit", "budget": 2}]},
+    }
+    assert build(path, cluster="other")["spec"]["cluster"] == "other"
+
+
+def test_a_job_files_own_chdir_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps({"spec": {"cluster": "c", "options": {"chdir": "/data", "x": "1"}}}))
+    assert build(path)["spec"]["options"] == {"chdir": "/data", "x": "1"}
+
+
+def test_a_batch_script_needs_a_cluster_and_takes_its_name_and_the_flags(tmp_path: Path) -> None:
+    path = tmp_path / "train.sh"
+    path.write_text("#!/bin/bash\n#SBATCH -J My.Big_Run\n#SBATCH --nodes=2\nsrun python t.py\n")
+    with pytest.raises(UsageError, match="--cluster"):
+        build(path)
+    flags = PolicyFlags(resubmit_on=parse_causes("preempted,node-lost", option="--x"), budget=5)
+    body = build(path, cluster="slurm", flags=flags)
+    assert body["spec"]["script"] == path.read_text()
+    assert body["spec"]["cluster"] == "slurm"
+    assert body["name"] == "my-big-run"
+    assert body["policy"] == {
+        "rules": [{"on": ["preempted", "node-lost"], "action": "resubmit", "budget": 5}]
+    }
+
+
+def test_a_policy_is_given_once(tmp_path: Path) -> None:
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"spec": {"cluster": "c"}, "policy": {"rules": []}}))
+    policy = tmp_path / "rules.toml"
+    policy.write_text('[[rules]]\non = ["unknown"]\naction = "hold"\n')
+    flags = PolicyFlags(hold_on=(CauseKind.UNKNOWN,))
+    with pytest.raises(UsageError, match="has its own"):
+        build(job, policy_file=policy)
+    script = tmp_path / "s.sbatch"
+    script.write_text("#SBATCH --time=1\n")
+    with pytest.raises(UsageError, match="not both"):
+        build(script, cluster="c", policy_file=policy, flags=flags)
+    body = build(script, cluster="c", policy_file=policy)
+    assert body["policy"] == {"rules": [{"on": ["unknown"], "action": "hold"}]}
+
+
+def test_flags_and_files_that_make_no_sense_are_usage_errors(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="--budget"):
+        PolicyFlags(budget=3).rules()
+    with pytest.raises(UsageError, match="not a cause a rule may cover"):
+        parse_causes("preempted,cancelled", option="--resubmit-on")
+    with pytest.raises(UsageError, match="cannot read the job file"):
+        build(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(UsageError, match="a job file is a table"):
+        build(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90", 90.0), ("90s", 90.0), ("30m", 1800.0), ("2h", 7200.0)]
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text, option="--for") == seconds
+
+
+def test_a_duration_that_is_not_one_is_refused() -> None:
+    with pytest.raises(UsageError, match="not a duration"):
+        parse_duration("soon", option="--for")
+
+
+# ------------------------------------------------------------------------------ watch
+
+
+def _status(
+    state: State, kind: CauseKind, history: list[tuple[State, CauseKind]], seq: int
+) -> Status:
+    return Status(
+        job_id="j",
+        level=Level.FULL,
+        state=state,
+        cause=Cause(kind=kind, provenance=Provenance.SCHEDULER),
+        at=T0 + timedelta(seconds=seq),
+        seq=seq,
+        history=tuple(
+            Transition(
+                at=T0 + timedelta(seconds=i),
+                state=s,
+                cause=Cause(kind=k, provenance=Provenance.SCHEDULER),
+            )
+            for i, (s, k) in enumerate(history)
+        ),
+        settled=state.terminal,
+    )
+
+
+class _Stream(ApiClient):
+    """An API whose status stream sends the given Statuses, then ends."""
+
+    def __init__(self, statuses: list[Status]) -> None:
+        super().__init__("http://127.0.0.1:1", "t")
+        self.statuses = statuses
+
+    def stream(
+        self, job_id: str, *, last_event_id: str | None = None, read_timeout_s: float = 60.0
+    ) -> Iterator[SseMessage]:
+        for s in self.statuses:
+            yield SseMessage(event="status", id=str(s.seq), data=msgspec.json.encode(s).decode())
+
+
+def test_watch_shows_a_transition_the_stream_skipped_from_the_record() -> None:
+    """The stream skipped the Status of the first recovery (replaced within milliseconds):
+    the next Status's history holds it, and watch prints it, marked, before that Status."""
+    recovering = (State.RECOVERING, CauseKind.PREEMPTED)
+    statuses = [
+        _status(State.RUNNING, CauseKind.NONE, [], 1),
+        # skipped: _status(State.RECOVERING, PREEMPTED, [recovering], 2)
+        _status(State.RUNNING, CauseKind.NONE, [recovering], 3),
+        _status(State.RECOVERING, CauseKind.PREEMPTED, [recovering, recovering], 4),
+        _status(
+            State.SUCCEEDED,
+            CauseKind.NONE,
+            [recovering, recovering, (State.SUCCEEDED, CauseKind.NONE)],
+            5,
+        ),
+    ]
+    lines: list[str] = []
+    final = Watcher(_Stream(statuses), "j", emit=lines.append).run()
+    assert final.state is State.SUCCEEDED
+    missed = [line for line in lines if line.endswith(MISSED_NOTE)]
+    assert len(missed) == 1
+    assert "recovering  preempted" in missed[0]
+    kinds = [re.findall(r"\b(running|recovering|succeeded)\b", line)[0] for line in lines]
+    assert kinds == ["running", "recovering", "running", "recovering", "succeeded"]
