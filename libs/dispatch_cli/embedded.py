@@ -80,6 +80,7 @@ _SERVICE_GRACE_S: Final = 5.0
 """``*_SHUTDOWN_GRACE_S`` of the services; ``up`` waits a little longer before SIGKILL."""
 _STOP_WAIT_S: Final = _SERVICE_GRACE_S + 5.0
 _PR_SET_PDEATHSIG: Final = 1
+_DROPPED_PREFIXES: Final = ("API_", "OBSERVER_", "SUPERVISOR_")
 
 
 class UpError(CliError):
@@ -392,7 +393,9 @@ class Embedded:
         write_private(self.data_dir / "clusters.toml", clusters.encode())
 
     def _child_env(self, own: Mapping[str, str]) -> dict[str, str]:
-        env = dict(self.base_env)
+        # The services refuse a variable of their prefix they don't know; API_KEY and the
+        # like are common in a user's environment, so only NOTIFIER_* (its channels) passes.
+        env = {k: v for k, v in self.base_env.items() if not k.startswith(_DROPPED_PREFIXES)}
         python_dir = str(Path(sys.executable).parent)
         env["PATH"] = os.pathsep.join([python_dir, env.get("PATH", os.defpath)])
         paths = [str(self._root), str(self._root / "libs"), str(self._root / "libs" / "ckpt")]

@@ -155,7 +155,9 @@ class Up:
                 "--port",
                 str(self.port),
             ],
-            env=cli_env(),
+            # A user's environment often has an unrelated API_KEY: up must not hand it to
+            # the API service (which refuses API_* variables it doesn't know).
+            env=cli_env({"API_KEY": "unrelated", "SUPERVISOR_TYPO": "x"}),
             cwd=REPO,
             stdin=subprocess.DEVNULL,
             stdout=self._out,
