@@ -137,6 +137,7 @@ def prologue(launch: Launch, token: str) -> list[str]:
     if spec.checkpoint is not None:
         lines.append(f"export DISPATCH_CHECKPOINT={shlex.quote(spec.checkpoint)}")
     lines += [
+        "unset DISPATCH_RESTART  # the epoch below already has R (dispatch_ckpt would add it)",
         'dispatch_restart="${SLURM_RESTART_COUNT:-0}"',
         "export DISPATCH_EPOCH="
         f'"{_epoch_prefix(launch.generation, launch.submission)}'
