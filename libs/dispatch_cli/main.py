@@ -171,7 +171,11 @@ def cli() -> None:
     help="The API's port on 127.0.0.1 (0: any free one).",
 )  # fmt: skip
 @click.option("--verbose", "-v", is_flag=True, help="Also print every service's log lines.")
-def up(data_dir: Path | None, port: int, verbose: bool) -> int:
+@click.option(
+    "--json", "as_json", is_flag=True,
+    help="Once ready, print one JSON line (api, pid, nats_url, data_dir, ...) and the token.",
+)  # fmt: skip
+def up(data_dir: Path | None, port: int, verbose: bool, as_json: bool) -> int:
     """Run dispatch on this machine until Ctrl-C: a private nats-server with JetStream,
     the observer of the local cluster, a supervisor, the notifier and the API, all on
     loopback.
@@ -191,7 +195,9 @@ def up(data_dir: Path | None, port: int, verbose: bool) -> int:
     from dispatch_cli.embedded import Embedded
 
     data = (data_dir or default_data_dir(os.environ)).expanduser()
-    embedded = Embedded(data, api_port=port, say=_echo, verbose=verbose)
+    # With --json, stdout has the one JSON line; the progress goes to stderr.
+    say = _err if as_json else _echo
+    embedded = Embedded(data, api_port=port, say=say, verbose=verbose)
     stop = threading.Event()
     presses = 0
 
@@ -206,32 +212,38 @@ def up(data_dir: Path | None, port: int, verbose: bool) -> int:
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        _echo(f"dispatch up: data in {embedded.data_dir}")
+        say(f"dispatch up: data in {embedded.data_dir}")
         state = embedded.start()
         if stop.is_set():
             raise CliError("interrupted while starting", exit_code=EXIT_INTERRUPTED)
-        _echo("")
-        _echo(f"dispatch is up. API: {state.api}   token: {embedded.token}")
-        _echo("  Use it from another shell:")
-        _echo(f"    export DISPATCH_API={state.api} DISPATCH_TOKEN={embedded.token}")
-        _echo("    dispatch submit examples/local-train.toml --watch")
-        _echo("    dispatch status")
-        _echo(
+        if as_json:
+            _echo(
+                msgspec.json.encode(
+                    {**msgspec.structs.asdict(state), "token": embedded.token}
+                ).decode()
+            )
+        say("")
+        say(f"dispatch is up. API: {state.api}   token: {embedded.token}")
+        say("  Use it from another shell:")
+        say(f"    export DISPATCH_API={state.api} DISPATCH_TOKEN={embedded.token}")
+        say("    dispatch submit examples/local-train.toml --watch")
+        say("    dispatch status")
+        say(
             f"  (on this machine the CLI also finds both by itself; the token is kept in "
             f"{embedded.data_dir / 'token'})"
         )
-        _echo(f"  Logs: {embedded.logs_dir}/   Ctrl-C stops everything.")
+        say(f"  Logs: {embedded.logs_dir}/   Ctrl-C stops everything.")
         while not stop.wait(1.0):
             embedded.watch()
-        _echo("dispatch up: stopping (Ctrl-C again to kill at once)")
+        say("dispatch up: stopping (Ctrl-C again to kill at once)")
         embedded.stop()
         jobs = embedded.live_jobs()
         if jobs:
-            _echo(
+            say(
                 f"dispatch up: {jobs} job(s) keep running on the local backend; "
                 "`dispatch up` again supervises them"
             )
-        _echo("dispatch up: stopped")
+        say("dispatch up: stopped")
         return EXIT_OK
     finally:
         embedded.stop(quiet=True)

@@ -3,12 +3,14 @@ durations, and how ``watch`` shows a transition the status stream skipped."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import re
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 import pytest
@@ -16,7 +18,7 @@ import pytest
 from dispatch_cli.client import ApiClient, SseMessage
 from dispatch_cli.errors import UsageError
 from dispatch_cli.jobfile import PolicyFlags, build_submission, parse_causes
-from dispatch_cli.main import parse_duration
+from dispatch_cli.main import main, parse_duration
 from dispatch_cli.watching import MISSED_NOTE, Watcher
 from dispatch_core import (
     Cause,
@@ -185,3 +187,119 @@ def test_watch_shows_a_transition_the_stream_skipped_from_the_record() -> None:
     assert "recovering  preempted" in missed[0]
     kinds = [re.findall(r"\b(running|recovering|succeeded)\b", line)[0] for line in lines]
     assert kinds == ["running", "recovering", "running", "recovering", "succeeded"]
+
+
+# ------------------------------------------------------------------ errors and retries
+
+
+class _Canned(http.server.BaseHTTPRequestHandler):
+    """Answers as the API would for a few routes; remembers each request."""
+
+    seen: ClassVar[list[tuple[str, str, str | None]]] = []
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _send(self, code: int, body: object, headers: dict[str, str] | None = None) -> None:
+        data = body if isinstance(body, bytes) else msgspec.json.encode(body)
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, code: int, kind: str, message: str, field: str | None = None) -> None:
+        detail: dict[str, str] = {"code": kind, "message": message}
+        if field:
+            detail["field"] = field
+        self._send(code, {"error": detail})
+
+    def do_GET(self) -> None:
+        self.seen.append(("GET", self.path, None))
+        match self.path:
+            case "/v1/jobs/forbidden":
+                self._error(403, "forbidden", "only a human may abandon")
+            case "/v1/jobs/gateway":
+                self._send(502, b"<html>bad gateway</html>")
+            case _:
+                self._error(404, "not-found", f"no job {self.path.rsplit('/', 1)[1]!r}")
+
+    def do_POST(self) -> None:
+        key = self.headers.get("Idempotency-Key")
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.seen.append(("POST", self.path, key))
+        match self.path:
+            case "/v1/jobs":
+                self._error(400, "unknown-cluster", "no cluster 'mars'", "spec.cluster")
+            case "/v1/jobs/j/cancel":
+                self._error(409, "refused", "the job's outcome (succeeded) is committed")
+            case "/v1/jobs/j/hold" if len(self.seen) == 1:
+                self._error(503, "busy", "try again")
+            case "/v1/jobs/j/hold":
+                status = _status(State.HELD, CauseKind.HELD, [], 7)
+                body = {"job_id": "j", "command": "hold", "seq": 7, "events": [], "status": status}
+                self._send(200, body)
+            case _:
+                self._error(404, "not-found", "no such route")
+
+
+@pytest.fixture
+def canned(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
+    """A canned API on a free port, named by DISPATCH_API."""
+    _Canned.seen = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Canned)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("DISPATCH_API", url)
+    monkeypatch.setenv("DISPATCH_TOKEN", "t")
+    monkeypatch.setenv("DISPATCH_DATA_DIR", str(tmp_path))
+    try:
+        yield url
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "message"),
+    [
+        (["status", "forbidden"], 4, "error: forbidden (403): only a human may abandon"),
+        (["status", "nope"], 5, "error: not found (404): no job 'nope'"),
+        (
+            ["cancel", "j", "--reason", "r"],
+            6,
+            "error: refused (409): the job's outcome (succeeded) is committed",
+        ),
+        (["status", "gateway"], 1, "the API failed (502 502): <html>bad gateway</html>"),
+    ],
+)
+def test_each_api_error_has_its_exit_code_and_says_why(
+    canned: str, capsys: pytest.CaptureFixture[str], argv: list[str], code: int, message: str
+) -> None:
+    assert main(argv) == code
+    assert message in capsys.readouterr().err
+
+
+def test_a_400_names_the_field(
+    canned: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "job.toml"
+    path.write_text('[spec]\ncluster = "mars"\n')
+    assert main(["submit", str(path)]) == 7
+    err = capsys.readouterr().err
+    assert "invalid request (400 unknown-cluster) (field spec.cluster): no cluster 'mars'" in err
+
+
+def test_a_busy_api_is_retried_with_the_same_idempotency_key(
+    canned: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["hold", "j", "--reason", "maintenance", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["command"] == "hold"
+    keys = [key for method, path, key in _Canned.seen if path == "/v1/jobs/j/hold"]
+    assert len(keys) == 2
+    assert keys[0] is not None
+    assert keys[0] == keys[1]
