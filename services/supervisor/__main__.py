@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from dispatch_backends import ClustersConfigError
 from services.common.config import ConfigError
@@ -25,6 +26,9 @@ log = logging.getLogger("dispatch.supervisor")
 async def _main(cfg: SupervisorConfig) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    # Backends call their blocking clients through asyncio.to_thread: enough threads that
+    # the passes running at once don't queue for them.
+    loop.set_default_executor(ThreadPoolExecutor(cfg.backend_threads, thread_name_prefix="backend"))
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:

@@ -19,6 +19,8 @@ variable                            meaning
 ``SUPERVISOR_DURABLE``              prefix of the shared durable consumers' names, the same in
                                     every replica (default ``supervisor``)
 ``SUPERVISOR_MAX_CONCURRENT_PASSES`` passes of different jobs run at once (default 32)
+``SUPERVISOR_BACKEND_THREADS``      threads for the backends' blocking calls, in a process run
+                                    by ``python -m services.supervisor`` (default 32)
 ``SUPERVISOR_FETCH_BATCH``          messages fetched at once from each consumer (default 256)
 ``SUPERVISOR_ACK_WAIT_S``           seconds before an unacked message goes to another replica
                                     (default 60)
@@ -66,6 +68,7 @@ class SupervisorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     deliver_channel: str = "in-process"
     durable: str = "supervisor"
     max_concurrent_passes: int = 32
+    backend_threads: int = 32
     fetch_batch: int = 256
     ack_wait_s: float = 60.0
     retry_s: float = 5.0
@@ -84,7 +87,7 @@ class SupervisorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         for name in ("launch_retry_s", "shutdown_grace_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("max_concurrent_passes", "fetch_batch"):
+        for name in ("max_concurrent_passes", "backend_threads", "fetch_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.deliver != NOTIFIER and ":" not in self.deliver:

@@ -161,8 +161,12 @@ class PassOutcome(msgspec.Struct, frozen=True, kw_only=True):
         job_id: the job.
         found: whether the job has a record at all.
         seq: the record's last seq as this replica knows it after the pass.
-        planned_seq: the seq the pass's decisions were planned from.
+        planned_seq: the seq of the record the pass's last plan covers: the one its decisions
+            were planned from, or, when planning again on what it appended found nothing
+            to do, the record's last seq.
         appended: events this pass appended (decisions and facts).
+        follow_up: another pass should run at once (planning again on what this pass
+            appended gave steps to carry out).
         settled: whether the job is settled (seed 002: supervision of it is over).
         wake_at: the job's next deadline, or None.
         retry: an action failed in a way worth trying again soon (scheduler unreachable).
@@ -175,6 +179,7 @@ class PassOutcome(msgspec.Struct, frozen=True, kw_only=True):
     seq: int = 0
     planned_seq: int = 0
     appended: int = 0
+    follow_up: bool = False
     settled: bool = False
     wake_at: datetime | None = None
     retry: bool = False
@@ -383,19 +388,40 @@ class PassExecutor:
         if plan.settled and self._deliver is not None and not already:
             appended += await self._last_look(job_id, offered)
         job = self._jobs[job_id]
-        status = await self._publish_status(job, discovery, plan.wake_at, now)
+        follow_up = False
+        settled_now, wake_at = plan.settled, plan.wake_at
+        if appended:
+            # Plan again on what this pass appended, with the same Discovery (no I/O): the
+            # next pass is needed only if it would do something (seed 002: an escalation
+            # this pass committed is delivered after the next pass; a refused launch is
+            # retried at once). If not, this plan covers the record as it now is.
+            now = self._clock()
+            again = next_steps(job, discovery, backend.declarations(), now)
+            follow_up = any(self._acts(s) for s in again.steps) and not (
+                settled(job, discovery) and all(isinstance(s, Deliver) for s in again.steps)
+            )
+            settled_now, wake_at = again.settled, again.wake_at
+            if not follow_up:
+                planned_seq = job.seq
+        status = await self._publish_status(job, discovery, wake_at, now)
         self._metrics.pass_duration.observe(time.monotonic() - started)
         return PassOutcome(
             job_id=job_id,
             seq=job.seq,
             planned_seq=planned_seq,
             appended=appended,
-            settled=plan.settled,
-            wake_at=plan.wake_at,
+            follow_up=follow_up,
+            settled=settled_now,
+            wake_at=wake_at,
             retry=retry,
             status=status,
             steps=len(plan.steps),
         )
+
+    def _acts(self, step: Step) -> bool:
+        """Whether this executor would carry ``step`` out (``Deliver`` only with
+        ``deliver``)."""
+        return self._deliver is not None or not isinstance(step, Deliver)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -444,11 +470,7 @@ class PassExecutor:
         try:
             # The planner's events must fold in step order; refuse to write a record
             # dispatch's own fold would reject.
-            fold(
-                ((job.seq + i + 1, e) for i, e in enumerate(events)),
-                now,
-                prior=job,
-            )
+            folded = fold(((job.seq + i + 1, e) for i, e in enumerate(events)), now, prior=job)
         except DispatchError:
             log.exception("supervisor.malformed_decisions", extra={"job_id": job.job_id})
             raise
@@ -458,7 +480,8 @@ class PassExecutor:
             expected_last_seq=job.seq,
             msg_ids=[f"{key}~{self._writer}" for key, _ in decisions],
         )
-        self._jobs[job.job_id] = fold(zip(seqs, events, strict=True), now, prior=job)
+        # A Job holds no seq but its last one: the fold above, with the stored last seq.
+        self._jobs[job.job_id] = msgspec.structs.replace(folded, seq=seqs[-1])
 
     async def _fact(self, job_id: str, key: str, event: JobEvent) -> int:
         """Append a fact over whatever the record holds now; return 1 if appended, 0 if the
@@ -468,7 +491,7 @@ class PassExecutor:
             if _redundant(job, event):
                 return 0
             try:
-                fold(((job.seq + 1, event),), event.at, prior=job)
+                folded = fold(((job.seq + 1, event),), event.at, prior=job)
             except MalformedRecord as err:
                 log.info(
                     "supervisor.fact_moot",
@@ -485,7 +508,10 @@ class PassExecutor:
                 continue
             current = self._jobs[job_id]
             if seq > current.seq:
-                self._jobs[job_id] = fold(((seq, event),), event.at, prior=current)
+                if current is job:
+                    self._jobs[job_id] = msgspec.structs.replace(folded, seq=seq)
+                else:
+                    self._jobs[job_id] = fold(((seq, event),), event.at, prior=current)
                 return 1
             await self._refresh(job_id)  # stored before (same msg id): it is in the record
             return 0
@@ -506,7 +532,7 @@ class PassExecutor:
                 extra={"job_id": job_id, "ref": str(step.ref), "error": str(err)},
             )
             return False
-        log.info(
+        log.debug(
             "supervisor.stopped",
             extra={"job_id": job_id, "ref": str(step.ref), "why": step.intent.why},
         )
@@ -529,7 +555,7 @@ class PassExecutor:
                 extra={"job_id": job_id, "ref": str(step.ref), "error": str(err)},
             )
             return True, 0
-        log.info("supervisor.gate_opened", extra={"job_id": job_id, "ref": str(step.ref)})
+        log.debug("supervisor.gate_opened", extra={"job_id": job_id, "ref": str(step.ref)})
         fact = GateOpened(job_id=job_id, at=self._clock(), ref=step.ref)
         return True, await self._fact(job_id, f"{step.key}:opened", fact)
 

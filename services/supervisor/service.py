@@ -14,11 +14,12 @@ is ahead of its Status or that has not settled.
 
 **Within a replica** passes of one job never overlap: a job has one worker at a time; a
 message that arrives while its pass runs marks it dirty, and one more pass runs after. A
-pass that appended events is followed by another (seed 002: an escalation it committed is
-delivered after the next pass), until one appends nothing. Messages are acked once a pass
-that covers them has completed; a record message whose event a completed pass already saw
-is acked at once. A pass whose action failed (scheduler unreachable) requests another pass
-``retry_s`` later; a pass that failed on the store naks its messages with that delay.
+pass that appended events is followed by another when planning again on them gives steps
+to carry out (seed 002: an escalation it committed is delivered after the next pass).
+Messages are acked once a pass that covers them has completed; a record message whose event
+a completed pass already saw is acked at once. A pass whose action failed (scheduler
+unreachable) requests another pass ``retry_s`` later; a pass that failed on the store naks
+its messages with that delay.
 """
 
 from __future__ import annotations
@@ -294,6 +295,7 @@ class Scheduler:
                             "dirty": slot.dirty,
                             "planned_seq": None if outcome is None else outcome.planned_seq,
                             "appended": None if outcome is None else outcome.appended,
+                            "follow_up": None if outcome is None else outcome.follow_up,
                         },
                     )
                 await asyncio.gather(*(_settle(d, verdict, self._retry_s) for d in covered))
@@ -311,7 +313,7 @@ class Scheduler:
                 slot.deliveries.extend(late)
                 if outcome.retry:
                     self._deadlines.retry(job_id, self._clock() + timedelta(seconds=self._retry_s))
-                if self.stopping or not (outcome.appended or slot.dirty or slot.deliveries):
+                if self.stopping or not (outcome.follow_up or slot.dirty or slot.deliveries):
                     break
         finally:
             slot.running = False
@@ -762,7 +764,7 @@ class Supervisor:
                         raise JobNotFound(job_id)
                     if outcome.settled and outcome.status is not None:
                         return outcome.status
-                    if outcome.appended:
+                    if outcome.follow_up:
                         continue
                     timeout: float | None = None
                     if outcome.wake_at is not None:

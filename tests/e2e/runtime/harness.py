@@ -14,6 +14,7 @@ import contextlib
 import os
 import secrets
 import signal
+import socket
 import sys
 import traceback
 from collections.abc import Callable, Mapping
@@ -21,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, Final, TypeVar
 
+import aiohttp
 import msgspec
 import nats
 from nats.aio.client import Client as NATS
@@ -73,6 +75,13 @@ ALICE: Final = Actor(name="alice", kind=ActorKind.HUMAN)
 _REPO: Final = Path(__file__).resolve().parents[3]
 _LIBS: Final = Path(dispatch_backends.__file__).resolve().parent.parent
 PRINT_ENV: Final = "env | grep '^DISPATCH_' || true"
+
+
+def _free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a service started next)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def shell(script: str) -> tuple[str, ...]:
@@ -133,7 +142,8 @@ class Subprocess:
         self._log: IO[bytes] | None = None
 
     async def start(self, timeout_s: float = 30.0, *, wait_ready: bool = True) -> None:
-        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        """Start the process; wait until its ``/healthz`` answers 200 (connected, streams
+        and consumers made), on the port its ``*_HTTP_PORT`` names."""
         self._log = self.log_path.open("ab")
         env = dict(os.environ)
         env.update(self.env)
@@ -150,14 +160,19 @@ class Subprocess:
         )
         if not wait_ready:
             return
-        started = f'"{self.module.rsplit(".", 1)[-1]}.started"'
+        port = next(v for k, v in self.env.items() if k.endswith("_HTTP_PORT"))
+        url = f"http://127.0.0.1:{port}/healthz"
 
-        def up() -> None:
+        async def up() -> None:
             assert self.proc is not None
             assert self.proc.returncode is None, f"{self.name} exited:\n{self.log_tail()}"
-            assert started in self.log_text(offset), f"{self.name} not started yet"
+            try:
+                async with aiohttp.ClientSession() as http, http.get(url) as response:
+                    assert response.status == 200, f"{self.name}: {response.status}"
+            except aiohttp.ClientError as err:
+                raise AssertionError(f"{self.name} not listening yet: {err}") from None
 
-        await assert_eventually(up, timeout_s=timeout_s)
+        await assert_eventually(up, timeout_s=timeout_s, interval_s=0.1)
 
     def log_text(self, offset: int = 0) -> str:
         try:
@@ -339,7 +354,7 @@ class Runtime:
 
     async def observer_process(self, **extra: str) -> Subprocess:
         """Start the local cluster's observer as ``python -m services.observer``."""
-        env = self.observer_env(**extra)
+        env = self.observer_env(**{"http_port": str(_free_port()), **extra})
         return await self._start(
             Subprocess("observer", "services.observer", env, self.tmp / "observer.log")
         )
@@ -359,7 +374,7 @@ class Runtime:
 
     async def supervisor_process(self, *, name: str = "supervisor", **extra: str) -> Subprocess:
         """Start a supervisor replica as ``python -m services.supervisor``."""
-        env = self.supervisor_env(**extra)
+        env = self.supervisor_env(**{"http_port": str(_free_port()), **extra})
         return await self._start(
             Subprocess(name, "services.supervisor", env, self.tmp / f"{name}.log")
         )

@@ -145,7 +145,10 @@ async def test_three_replicas_200_jobs_random_preemptions_no_duplicates(
     assert sorted(found) == sorted(budgets)
     for job_id, budget in budgets.items():
         objects = list(found[job_id])
-        state, count = _expected(objects, budget)
+        try:
+            state, count = _expected(objects, budget)
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n{await rt.dump(job_id)}") from None
         assert len(objects) == count, (job_id, objects)
         status = await rt.status(job_id)
         assert status is not None

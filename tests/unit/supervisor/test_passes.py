@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import pytest
 from prometheus_client import CollectorRegistry
 
+from dispatch_backends import LaunchRefusedError
 from dispatch_core import (
     Actor,
     ActorKind,
@@ -143,10 +144,32 @@ async def test_the_launch_intent_is_committed_before_the_backend_is_called() -> 
         "launch.recorded",
     ]
     assert outcome.appended == 3
-    assert outcome.planned_seq == 1
+    # Planning again on what it appended gives nothing to do until the object shows up: no
+    # follow-up pass, and the pass covers the record up to its own last append.
+    assert not outcome.follow_up
+    assert outcome.planned_seq == inst.records.last(JOB)
     status = inst.status()
     assert status.seq == inst.records.last(JOB)
     assert status.state is State.PENDING
+
+
+async def test_a_refused_launch_asks_for_a_follow_up_pass() -> None:
+    """The scheduler refused attempt 1: planning again gives attempt 2 at once."""
+    inst = Installation()
+    inst.submit()
+
+    async def refuse_first(launch: Launch) -> None:
+        if launch.attempt == 1:
+            raise LaunchRefusedError(CLUSTER, "partition down")
+
+    inst.backend.on_start = refuse_first
+    ex = inst.executor()
+    first = await ex.run_pass(JOB)
+    assert first.follow_up
+    assert first.planned_seq < inst.records.last(JOB)
+    second = await ex.run_pass(JOB)
+    assert not second.follow_up
+    assert [launch.attempt for launch in inst.backend.started] == [2]
 
 
 async def test_a_conflicting_append_makes_the_pass_plan_again() -> None:
