@@ -23,12 +23,14 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import signal
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any, Final
 
 import msgspec
@@ -253,10 +255,13 @@ def run_demo(
             say(line)
 
     begin = time.monotonic()
-    state, token, embedded = _find_up(data_dir, out)
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # stop as cleanly as on Ctrl-C
+    embedded: Embedded | None = None
     director: _Director | None = None
     job_id = ""
+    stopping = threading.Event()
     try:
+        state, token, embedded = _find_up(data_dir, out)
         client = ApiClient(state.api, token)
         job_id = f"demo-digits-{secrets.token_hex(3)}"
         ckpt_root = Path(state.data_dir) / "demo" / job_id / "checkpoints"
@@ -298,10 +303,13 @@ def run_demo(
             say=out,
         )
         director.start()
-        watcher = Watcher(
-            client, job_id, emit=lambda line: out("  " + line), on_status=director.saw
-        )
-        final = _watch_with_deadline(watcher, director)
+
+        def watched(line: str) -> None:
+            if not stopping.is_set():  # the stream ends when the demo stops its own up
+                out("  " + line)
+
+        watcher = Watcher(client, job_id, emit=watched, on_status=director.saw)
+        final = _watch_with_deadline(watcher, director, embedded)
         director.stop()
         records = client.record(job_id).events
         summary = _summary(job_id, final, records, director, begin, state)
@@ -314,6 +322,8 @@ def run_demo(
             out(f"interrupted: job {job_id} goes on (dispatch cancel {job_id} --reason ...)")
         raise
     finally:
+        stopping.set()
+        signal.signal(signal.SIGTERM, previous)
         if director is not None:
             director.stop()
         if embedded is not None:
@@ -328,7 +338,15 @@ def run_demo(
             )
 
 
-def _watch_with_deadline(watcher: Watcher, director: _Director) -> Status:
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _watch_with_deadline(
+    watcher: Watcher, director: _Director, embedded: Embedded | None
+) -> Status:
+    """Run the watcher in a thread until the job settles, restarting a part of the demo's
+    own ``up`` that exits meanwhile, as ``dispatch up`` does."""
     result: list[Status] = []
     failure: list[BaseException] = []
 
@@ -343,6 +361,8 @@ def _watch_with_deadline(watcher: Watcher, director: _Director) -> Status:
     deadline = time.monotonic() + _SETTLE_TIMEOUT_S
     while thread.is_alive():
         thread.join(0.2)
+        if embedded is not None:
+            embedded.watch()
         if time.monotonic() > deadline:
             raise CliError(f"the demo's job did not settle within {_SETTLE_TIMEOUT_S:g} s")
     if failure:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -476,3 +477,37 @@ def test_dispatch_demo_preempts_resubmits_and_resumes_from_a_checkpoint(tmp_path
     assert second["epoch"] > first["epoch"]
     assert summary["final_loss"] is not None
     assert not (data / "up.json").exists(), "the demo stops the up it started"
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_stops_the_demo_and_everything_it_started(tmp_path: Path) -> None:
+    """Ctrl-C while the job trains: exit 130, the demo's own ``up`` stopped, its job killed,
+    nothing left running."""
+    data = tmp_path / "demo"
+    out_path = tmp_path / "demo.out"
+    with out_path.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dispatch_cli", "demo", "--data-dir", str(data)],
+            env=cli_env({"DISPATCH_DATA_DIR": str(data)}),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            eventually(
+                lambda: _assert_in("| epoch 1/", out_path.read_text(errors="replace")),
+                timeout_s=180,
+            )
+            proc.send_signal(signal.SIGINT)
+            code = proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    text = out_path.read_text(errors="replace")
+    assert code == 130, text
+    assert "stopping the demo's dispatch" in text
+    assert "stream lost" not in text
+    assert text.rstrip().endswith("interrupted")
+    assert not (data / "up.json").exists()
+    for obj in (data / "local" / "objects").iterdir():
+        assert (obj / "status.json").exists(), f"object {obj.name} still running"
