@@ -1,0 +1,178 @@
+"""Mass preemption on the local backend: N running jobs preempted at once, until every one
+has its replacement launched.
+
+Each job resubmits on preempted (budget 1) and runs ``sleep``. Once all N run, all N objects
+are preempted in one go (the local backend's fault injection: SIGTERM to each process group);
+the clock starts at the first preemption. A job is *resubmitted* when its record holds the
+replacement's launch (``LaunchRecorded`` of submission 2: the replacement object exists, its
+gate closed until the observer shows it). Watched on the record subjects themselves (core
+NATS sees every append), by the facts' msg ids.
+
+The observer and the supervisor replica(s) run as processes (``python -m services.*``)
+against a private nats-server, as deployed.
+
+    python bench/mass_preemption.py [--jobs 1000] [--replicas 1] [--poll-interval 1.0]
+
+The last line is one JSON object: {"jobs", "all_resubmitted_s"} (target <= 10 s on 2 cores),
+with "all_seen_ended_s" (the observer published every preempted object's end),
+"all_recovering_s" (every job's recovery committed), "all_running_s" (every
+replacement's gate opened), "preempt_s" (injecting the preemptions), the setup, and "cpu_s":
+the CPU seconds each process used from the first preemption to the end, which unlike the
+wall times does not depend on what else the machine runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from nats.aio.msg import Msg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
+
+from dispatch_core import Action, CauseKind, ObjectRef, RecoveryPolicy, RecoveryRule
+from dispatch_nats.contract import MSG_ID_HEADER
+from tests.e2e.runtime.harness import Runtime, Subprocess, shell
+from tests.servers.nats import NatsServer
+from tests.util import assert_eventually
+
+POLICY = RecoveryPolicy(
+    rules=(RecoveryRule(on=(CauseKind.PREEMPTED,), action=Action.RESUBMIT, budget=1),)
+)
+
+
+class Watch:
+    """First time each job's record reached each milestone, from the appends' msg ids."""
+
+    def __init__(self) -> None:
+        self.recovering: dict[str, float] = {}
+        self.resubmitted: dict[str, float] = {}
+        self.opened: dict[str, list[float]] = {}
+        self.seen_ended: dict[str, float] = {}
+
+    async def on_msg(self, msg: Msg) -> None:
+        msg_id = (msg.headers or {}).get(MSG_ID_HEADER, "")
+        job_id = msg.subject.rsplit(".", 1)[-1]
+        now = time.monotonic()
+        if ":submission:2~" in msg_id:
+            self.recovering.setdefault(job_id, now)
+        elif msg_id.endswith(":launch:2/1:recorded"):
+            self.resubmitted.setdefault(job_id, now)
+        elif ":open-gate:" in msg_id:
+            self.opened.setdefault(job_id, []).append(now)
+
+    async def on_discovery(self, msg: Msg) -> None:
+        if b'"preempted"' in msg.data:
+            self.seen_ended.setdefault(msg.subject.rsplit(".", 1)[-1], time.monotonic())
+
+
+async def run(args: argparse.Namespace) -> dict[str, object]:
+    jobs = [f"mass-{i:05d}" for i in range(args.jobs)]
+    with tempfile.TemporaryDirectory(prefix="bench-mass-") as tmp:
+        server = NatsServer(Path(tmp) / "store")
+        server.start()
+        rt = Runtime(
+            server.url, Path(tmp) / "rt", poll_interval_s=args.poll_interval, kill_wait_s=1.0
+        )
+        try:
+            await rt.open()
+            await rt.observer_process(log_level="warning")
+            for i in range(args.replicas):
+                await rt.supervisor_process(
+                    name=f"supervisor{i}", max_concurrent_passes="64", log_level="warning"
+                )
+            started = time.monotonic()
+            slots = asyncio.Semaphore(64)
+
+            async def submit(job_id: str) -> None:
+                async with slots:
+                    await rt.submit(job_id, rt.spec(shell("exec sleep 3600")), POLICY)
+
+            await asyncio.gather(*(submit(j) for j in jobs))
+
+            async def all_running() -> list[ObjectRef]:
+                objects = await rt.objects()
+                refs = [
+                    o.ref
+                    for j in jobs
+                    for o in objects.get(j, ())
+                    if o.phase.value == "running" and o.submission == 1
+                ]
+                assert len(refs) == len(jobs), f"{len(refs)}/{len(jobs)} running"
+                return refs
+
+            refs = await assert_eventually(all_running, timeout_s=600, interval_s=1.0)
+            setup_s = time.monotonic() - started
+            print(f"{len(jobs)} jobs running after {setup_s:.1f} s", file=sys.stderr)
+
+            pids = {"nats-server": server.pid}
+            for service in rt.services:
+                assert isinstance(service, Subprocess)
+                assert service.proc is not None
+                pids[service.name] = service.proc.pid
+            cpu_before = {name: _cpu_s(pid) for name, pid in pids.items()}
+            watch = Watch()
+            sub = await rt.nc.subscribe(f"{rt.layout.root}.record.*", cb=watch.on_msg)
+            seen = await rt.nc.subscribe(f"{rt.layout.root}.discovery.*.*", cb=watch.on_discovery)
+            t0 = time.monotonic()
+            await asyncio.to_thread(_preempt_all, rt, refs)
+            preempt_s = time.monotonic() - t0
+
+            def done() -> None:
+                assert len(watch.resubmitted) == len(jobs), (
+                    f"{len(watch.resubmitted)}/{len(jobs)} resubmitted"
+                )
+                running = sum(1 for t in watch.opened.values() if t)
+                assert running == len(jobs), f"{running}/{len(jobs)} replacements running"
+
+            await assert_eventually(done, timeout_s=600, interval_s=0.1)
+            cpu = {name: round(_cpu_s(pid) - cpu_before[name], 2) for name, pid in pids.items()}
+            await sub.unsubscribe()
+            await seen.unsubscribe()
+        finally:
+            await rt.close()
+            server.stop()
+    return {
+        "jobs": len(jobs),
+        "all_resubmitted_s": round(max(watch.resubmitted.values()) - t0, 2),
+        "all_seen_ended_s": round(max(watch.seen_ended.values()) - t0, 2),
+        "all_recovering_s": round(max(watch.recovering.values()) - t0, 2),
+        "all_running_s": round(max(max(t) for t in watch.opened.values()) - t0, 2),
+        "preempt_s": round(preempt_s, 2),
+        "replicas": args.replicas,
+        "poll_interval_s": args.poll_interval,
+        "setup_s": round(setup_s, 1),
+        "cpu_s": cpu,
+        "load_avg_1m": round(os.getloadavg()[0], 1),
+    }
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _preempt_all(rt: Runtime, refs: list[ObjectRef]) -> None:
+    faults = rt.backend.faults
+    for ref in refs:
+        faults.preempt(ref.id)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument("--poll-interval", type=float, default=1.0)
+    args = parser.parse_args()
+    print(json.dumps(asyncio.run(run(args))))
+
+
+if __name__ == "__main__":
+    main()
