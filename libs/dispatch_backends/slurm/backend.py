@@ -163,11 +163,12 @@ class SlurmBackend:
     def declarations(self) -> Declarations:
         """The node-loss window (settings), ``requeue`` enforced natively (Slurm requeues a
         requeueable job on preemption in REQUEUE mode and on node failure), the emergency
-        stop, and the cessation signal when a command is configured."""
+        stop, and the cessation signal when a command is configured (and the backend was
+        built by :func:`make_slurm_backend`, which gives it the method)."""
         return Declarations(
             node_loss_window_s=self._settings.node_loss_window_s,
             native_actions=frozenset({Action.REQUEUE}),
-            cessation_signal=bool(self._settings.cessation_command),
+            cessation_signal=bool(self._settings.cessation_command) and hasattr(self, "cessation"),
             emergency_stop=True,
         )
 

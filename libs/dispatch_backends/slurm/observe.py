@@ -10,9 +10,10 @@ dispatch's; one whose comment doesn't carry dispatch's tag for that same job is 
 with ``--duplicates`` every run is a row, the k-th row's State is the k-th run's end:
 ``REQUEUED``, ``NODE_FAIL``, ``PREEMPTED``, or ``FAILED 1:0`` for a failed job requeued by
 ``scontrol``). sacct lags slurmctld: a run whose row is missing or not final yet is not
-reported (nor any later one: they are reported in order) until the row turns up, or until
-``accounting_grace_s`` after the backend first saw that restart count; then the run is
-reported ``unknown`` with words saying accounting didn't say why. Without accounting it is
+reported (nor any later one, nor the job's own end: they are reported in order; an ended job
+shows ``stopping`` meanwhile) until the row turns up, or until ``accounting_grace_s`` after
+the backend first saw that restart count; then the run is reported ``unknown`` with words
+saying accounting didn't say why. Without accounting it is
 reported ``unknown`` at once ("Slurm requeued the job; without accounting nothing says why").
 
 **An ended job** gets its cause from the table in :mod:`.causes`, with slurmctld's state,
@@ -224,6 +225,8 @@ def observe(
         user_name=user_name,
     )
     cause: Cause | None = None
+    if phase is ObjectPhase.ENDED and len(executions) < job.restarts:
+        phase = ObjectPhase.STOPPING  # its earlier runs are reported first, in order
     if phase is ObjectPhase.ENDED:
         current = (
             own_runs[job.restarts]

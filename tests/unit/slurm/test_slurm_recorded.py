@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import msgspec
 import pytest
 
 from dispatch_backends.slurm.observe import Memory, observe
@@ -349,3 +350,17 @@ def test_scontrol_values_with_spaces_are_kept_whole() -> None:
     assert fields["Restarts"] == "0"
     held = parse_scontrol((RECORDED / "admin-hold" / "held" / "scontrol.txt").read_text())
     assert (held["JobState"], held["Reason"]) == ("PENDING", "JobHeldAdmin")
+
+
+def test_an_end_waits_for_the_earlier_runs_sacct_has_not_named() -> None:
+    recorded = load("requeue-twice", "end")
+    job = recorded.job("requeue-twice")
+    # sacct not caught up: the second run's row still RUNNING, the third's not there yet
+    rows = [
+        msgspec.structs.replace(r, state="RUNNING") if r.state == "NODE_FAIL" else r
+        for r in recorded.rows
+        if not (r.raw_id == "20" and r.state == "COMPLETED")
+    ]
+    observed = observe_adopted(job, rows)
+    assert [e.cause.kind for e in observed.executions] == [CauseKind.PREEMPTED]
+    assert (observed.phase, observed.cause) == (ObjectPhase.STOPPING, None)
