@@ -544,6 +544,11 @@ async def test_high_job_waits_for_debug_jobs(lab: Lab) -> None:
     """``debug`` (PreemptMode=OFF) is never preempted: a ``high`` job waits (Resources)."""
     blocker = sbatch("-w", "node2", "--exclusive", "--output=/dev/null", "--wrap", "sleep 120")
     try:
+
+        def blocking() -> None:  # else the high job, of a higher tier, would get node2 first
+            assert run("squeue", "-h", "-j", blocker, "-o", "%T").stdout.strip() == "RUNNING"
+
+        await assert_eventually(blocking, timeout_s=60, interval_s=0.5)
         job = new_job_id("hi")
         ref = await lab.start(
             job, "true", options={"partition": "high", "nodelist": "node2", "exclusive": ""}
