@@ -19,7 +19,8 @@ a walk (so walks free of each kind of trouble happen too):
   (after the decisions, or after the actions);
 * the scheduler: ``scheduler_ends(how)`` (preemption, time limit, OOM, exit 1, success,
   node failure, an administrator's cancel, an unmappable end, no cause),
-  ``scheduler_requeues`` (native requeue), ``node_lost``, ``foreign_object``,
+  ``scheduler_requeues`` (native requeue), ``node_lost``, ``node_declared_down`` (the
+  scheduler ends an object on a lost node, inside the window or past it), ``foreign_object``,
   ``admin_gate`` (admin holds and releases), ``scheduler_state`` (an unmappable state),
   ``late_objects_show``, ``scheduler_forgets`` (ended objects purged, a live one lost);
 * operators, through ``decide`` (a refusal is fine): ``operator_answers`` (hold, release,
@@ -434,6 +435,21 @@ class DispatchMachine(RuleBasedStateMachine):
         if obj is not None:
             self.sched.lose_node(obj.ref)
 
+    @rule(pick=st.integers(min_value=0, max_value=3))
+    def node_declared_down(self, pick: int) -> None:
+        """The scheduler itself ends an object whose node it lost (Slurm's ``NODE_FAIL`` once
+        ``SlurmdTimeout`` passes): inside the node-loss window, this end is the scheduler's
+        word and the node-lost rule applies to it; past the window, the fence already
+        ended the execution and this end changes nothing."""
+        lost = [
+            o
+            for o in self.sched.own()
+            if o.cause is not None and o.cause.kind is CauseKind.NODE_LOST
+        ]
+        obj = _pick(lost, pick)
+        if obj is not None:
+            self.sched.end(obj.ref, _at(ENDINGS["node-fail"], self.now))
+
     @rule(appears=st.booleans(), pick=st.integers(min_value=0, max_value=3))
     def foreign_object(self, appears: bool, pick: int) -> None:
         """An object named for the job whose submission and attempt can't be read appears
@@ -778,13 +794,15 @@ def _at(cause: Cause, now: datetime) -> Cause:
 
 
 DispatchMachine.TestCase.settings = settings(
-    max_examples=500,
+    max_examples=400,
     stateful_step_count=100,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-TestDispatchMachine = DispatchMachine.TestCase
-"""The machine as a test (hypothesis prints the failing steps and the seed to reproduce)."""
+TestDispatchMachine = pytest.mark.timeout(900)(DispatchMachine.TestCase)
+"""The machine as a test: 400 walks of up to 100 steps, 20-30 s on a 2-core machine.
+Hypothesis prints the failing steps (shrunk: they paste into an example test) and the seed
+to reproduce; the longer timeout leaves its shrinking (at most 5 minutes) time to finish."""
 
 
 # -- regression tests: shrunk failures the machine found, and walks that show what it checks --
