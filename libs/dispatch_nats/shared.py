@@ -230,7 +230,9 @@ class SharedFeed:
                 raise NatsStoreError("the feed was not started: use `async with` or `start()`")
             try:
                 self._buffer = await sub.fetch(self._batch, timeout=self._poll_s)
-            except NatsTimeoutError:
+            except (NatsTimeoutError, TimeoutError):
+                # A fetch that found nothing. nats-py 2.16 raises its own TimeoutError from
+                # some paths and the builtin one from others (nats/js/client.py, fetch).
                 continue
             except ConnectionClosedError as err:
                 if self._closed:

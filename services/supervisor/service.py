@@ -488,11 +488,6 @@ class Replica:
                         delivery = await anext(feed)
                     except StopAsyncIteration:
                         break
-                    except TimeoutError:
-                        # A fetch that found nothing: nats-py 2.16's fetch can raise the
-                        # builtin TimeoutError, which SharedFeed lets through (it catches
-                        # nats' own). Not an error: fetch again.
-                        continue
                     self._metrics.deliveries.labels(source).inc()
                     await self.scheduler.wake(delivery.job_id, delivery, source)
             except NatsStoreError:

@@ -184,3 +184,31 @@ async def test_nak_with_delay_redelivers_and_position_survives_restarts(
         assert (d3.job_id, d3.seq, d3.num_delivered) == ("job-2", s2, 1)
         await d3.ack()
     await store.aclose()
+
+
+async def test_a_fetch_that_finds_nothing_is_not_an_error_whichever_timeout_nats_py_raises(
+    nc: NATS, streams: Layout
+) -> None:
+    """nats-py 2.16's fetch raises the builtin TimeoutError when its no-wait probe uses up
+    the whole deadline (nats/js/client.py, fetch), and its own TimeoutError otherwise; on a
+    loaded machine the notifier died of the first. A poll shorter than one round trip makes
+    that path certain: the feed must keep waiting, never raise. (So short a poll also cuts
+    off the probe's own answer, so nothing is delivered here; delivery is the other tests'.)"""
+    from dispatch_nats.shared import SharedFeed
+
+    feed = SharedFeed(
+        nc,
+        stream=streams.record_stream,
+        durable="tiny-poll",
+        filter_subject=streams.record_filter,
+        job_of=streams.job_id_from_record_subject,
+        api_prefix=streams.api_prefix,
+        poll_s=0.000_001,
+    )
+    async with feed:
+        waiting = asyncio.create_task(anext(feed))
+        await asyncio.sleep(0.5)  # many empty fetches, each past its deadline at once
+        assert not waiting.done(), waiting.exception() if waiting.done() else None
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
