@@ -134,6 +134,8 @@ async def test_foreign_object(harness: LocalHarness) -> None:
     snapshot = await harness.discover()
     (observed,) = snapshot.objects[job]
     assert observed.ref.id == object_id
+    # its runner starts the harmless process a moment after the object exists
+    observed = await harness.wait_phase(job, observed.ref, ObjectPhase.RUNNING)
     assert observed.name == object_name(job)
     assert observed.foreign
     assert (observed.submission, observed.attempt) == (None, None)
