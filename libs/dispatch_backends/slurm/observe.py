@@ -6,7 +6,8 @@ dispatch's; one whose comment doesn't carry dispatch's tag for that same job is 
 (seed 002: submission and attempt ``None``), and is shown but never touched.
 
 **Executions.** A job Slurm requeued (restart count R > 0) lives on; its earlier runs are
-``executions``, each with the cause its own sacct row names ([D] ``deploy/slurm/README.md``:
+``executions``, each with the nodes slurmctld showed it running on (else its sacct row's
+NodeList) and the cause its own sacct row names ([D] ``deploy/slurm/README.md``:
 with ``--duplicates`` every run is a row, the k-th row's State is the k-th run's end:
 ``REQUEUED``, ``NODE_FAIL``, ``PREEMPTED``, or ``FAILED 1:0`` for a failed job requeued by
 ``scontrol``). sacct lags slurmctld: a run whose row is missing or not final yet is not
@@ -82,6 +83,10 @@ class Memory:
     the job's raw id; :meth:`forget_except` drops jobs slurmctld no longer shows."""
 
     first_seen: dict[tuple[str, str], datetime] = dataclasses.field(default_factory=dict)
+    run_nodes: dict[tuple[str, int], tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """The nodes slurmctld showed each run on while it ran (job raw id, restart count):
+    sacct's NodeList of a run can hold only the batch host when its start reached slurmdbd
+    late (measured on a 3-node job)."""
 
     def since(self, raw_id: str, what: str, now: datetime) -> datetime:
         """When ``what`` of job ``raw_id`` was first seen (``now`` the first time)."""
@@ -96,6 +101,8 @@ class Memory:
         keep = set(raw_ids)
         for key in [k for k in self.first_seen if k[0] not in keep]:
             del self.first_seen[key]
+        for run in [k for k in self.run_nodes if k[0] not in keep]:
+            del self.run_nodes[run]
 
 
 def dispatch_job_id(name: str) -> str | None:
@@ -141,7 +148,7 @@ def _executions(
                 at=row.end,
                 jobcomp=accounting is Accounting.JOBCOMP,
             )
-            nodes = row.nodes
+            nodes = memory.run_nodes.get((job.raw_id, restart), row.nodes)
         if cause is None:
             if accounting is Accounting.NONE:
                 cause = _scheduler(
@@ -159,6 +166,7 @@ def _executions(
                     f"say why within {grace.total_seconds():g} s",
                 )
         memory.forget(job.raw_id, f"run{restart}")
+        nodes = memory.run_nodes.get((job.raw_id, restart), nodes)
         out.append(Execution(restart=restart, cause=cause, nodes=nodes))
     return tuple(out)
 
@@ -215,6 +223,8 @@ def observe(
     own_runs = _own_runs(job, rows) if rows is not None else None
     phase = phase_of(job.state, job.flags)
     gate = gate_of(job.state, job.reason)
+    if phase in (ObjectPhase.RUNNING, ObjectPhase.STOPPING) and job.nodes:
+        memory.run_nodes[(job.raw_id, job.restarts)] = job.nodes
     executions = _executions(
         job,
         own_runs,

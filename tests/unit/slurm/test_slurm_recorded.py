@@ -364,3 +364,19 @@ def test_an_end_waits_for_the_earlier_runs_sacct_has_not_named() -> None:
     observed = observe_adopted(job, rows)
     assert [e.cause.kind for e in observed.executions] == [CauseKind.PREEMPTED]
     assert (observed.phase, observed.cause) == (ObjectPhase.STOPPING, None)
+
+
+def test_an_executions_nodes_are_those_slurmctld_showed_it_running_on() -> None:
+    """sacct's NodeList of a run may hold only the batch host (measured on a 3-node job)."""
+    before = load("preempt-requeue", "end")
+    job = before.job("victim-low")
+    memory = Memory()
+    running = msgspec.structs.replace(job, state="RUNNING", restarts=0)
+    observe_adopted(running, before.rows, memory=memory)
+    short = [
+        msgspec.structs.replace(r, nodes=("node2",)) if r.state == "PREEMPTED" else r
+        for r in before.rows
+    ]
+    observed = observe_adopted(job, short, memory=memory)
+    assert observed.executions[0].nodes == ("node2", "node3")
+    assert observe_adopted(job, short).executions[0].nodes == ("node2",)
