@@ -83,6 +83,7 @@ from dispatch_core import (
     Launch,
     LaunchOutcome,
     ObjectPhase,
+    ObjectRef,
     OpenGate,
     OperatorCommand,
     OutcomeCommitted,
@@ -97,6 +98,7 @@ from dispatch_core import (
     Submit,
     Supersede,
     decide,
+    epoch,
     fold,
     next_steps,
     project,
@@ -167,6 +169,7 @@ class DispatchMachine(RuleBasedStateMachine):
     outcome: tuple[State, object, datetime | None] | None
     recovered: bool
     wake_at: datetime | None
+    runs: dict[tuple[ObjectRef, int], int]
     tolerate_stale_settle: bool = STALE_DISCOVERY_SETTLES
 
     # -- set-up -----------------------------------------------------------------------------
@@ -210,6 +213,7 @@ class DispatchMachine(RuleBasedStateMachine):
         self.outcome = None
         self.recovered = False
         self.wake_at = None
+        self.runs = {}
 
     # -- the record -------------------------------------------------------------------------
 
@@ -677,6 +681,8 @@ class DispatchMachine(RuleBasedStateMachine):
         self.committed_outcome_never_changes()
         self.recovering_never_returns_to_pending()
         self.never_two_live_launches()
+        self.epochs_only_increase()
+        self.status_says_what_the_record_and_scheduler_do()
         self.settled_only_when_nothing_can_act()
 
     # -- invariants -------------------------------------------------------------------------
@@ -746,6 +752,41 @@ class DispatchMachine(RuleBasedStateMachine):
         live one (a fenced object's replacement, a late launch) waits behind a closed gate."""
         open_ = [o.ref for o in self.sched.own() if o.gate is GateState.OPEN]
         assert len(open_) <= 1, (open_, [o.shown() for o in self.sched.own()])
+
+    @invariant()
+    def epochs_only_increase(self) -> None:
+        """Seed 004, "The epoch orders executions": "DISPATCH_EPOCH is a number that only
+        increases across a job's executions". Every execution that runs on the scheduler
+        (an object whose gate is open, at its restart count R) has an epoch ``G*10^12 +
+        N*10^6 + R`` above every execution that ran before it."""
+        for obj in self.sched.own():
+            if obj.gate is not GateState.OPEN or obj.phase is not ObjectPhase.RUNNING:
+                continue
+            assert obj.submission is not None
+            run = (obj.ref, obj.restarts)
+            if run not in self.runs:
+                value = epoch(self.job.generation, obj.submission, obj.restarts)
+                assert all(value > earlier for earlier in self.runs.values()), (run, self.runs)
+                self.runs[run] = value
+
+    @invariant()
+    def status_says_what_the_record_and_scheduler_do(self) -> None:
+        """Seed 000, "State and cause" and "The node-loss fence": a running job carries a
+        cause only when it is node-lost ("the one case where a running job carries a
+        cause"); a held job has a hold in force, or its current object's gate is held by
+        someone else (seed 002, ``admin-held``); and, with an outcome, the Status is that
+        outcome and its cause."""
+        job = self.job
+        status = project(job, self.seen, self.now)
+        if status.state is State.RUNNING:
+            assert status.cause.kind in (CauseKind.NONE, CauseKind.NODE_LOST), status
+        if status.state is State.HELD:
+            admin = self.seen is not None and any(
+                o.gate is GateState.ADMIN_HELD and o.alive for o in self.seen.objects
+            )
+            assert job.hold is not None or admin, status
+        if job.outcome is not None:
+            assert (status.state, status.cause) == (job.outcome, job.outcome_cause), status
 
     @invariant()
     def settled_only_when_nothing_can_act(self) -> None:
