@@ -204,9 +204,11 @@ def settled(job: Job, discovery: Discovery | None) -> bool:
     """Whether the job has an outcome and nothing of it can still act (DESIGN.md section 3).
 
     Nothing can act when: no object of the job is alive in ``discovery`` (own, duplicate or
-    foreign, unless the foreign one was abandoned) and no launch attempt's outcome is
-    unknown. With no discovery, only a job whose record knows of no object can be settled:
-    nobody has looked at the others.
+    foreign, unless the foreign one was abandoned), every object the record holds is either
+    shown by ``discovery`` or recorded ended (an object missing from a discovery taken before
+    it could show is not proven gone), and no launch attempt's outcome is unknown. With no
+    discovery, only a job whose record knows of no object can be settled: nobody has looked
+    at the others.
 
     Args:
         job: the folded record.
@@ -224,8 +226,15 @@ def settled(job: Job, discovery: Discovery | None) -> bool:
     if discovery is None:
         return not job.objects
     abandoned = {t.foreign for t in job.abandoned if t.foreign is not None}
-    return not any(
-        obj.alive and not (obj.foreign and obj.ref in abandoned) for obj in discovery.objects
+    if any(obj.alive and not (obj.foreign and obj.ref in abandoned) for obj in discovery.objects):
+        return False
+    # An object the record launched and doesn't hold ended, which this discovery doesn't
+    # show: a discovery taken before the object could show proves nothing (the observer
+    # republishes only on change); the planner records it gone once one does.
+    shown = {obj.ref for obj in discovery.objects}
+    return all(
+        record.ended or record.ref in shown or record.ref.cluster != discovery.cluster
+        for record in job.objects
     )
 
 

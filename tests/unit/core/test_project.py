@@ -19,6 +19,7 @@ from dispatch_core import (
     Cancel,
     Cause,
     CauseKind,
+    Commit,
     Declarations,
     Discovery,
     ExecutionEnded,
@@ -47,6 +48,7 @@ from dispatch_core import (
     decide,
     epoch,
     fold,
+    next_steps,
     project,
     settled,
 )
@@ -351,8 +353,22 @@ def test_a_job_with_an_outcome_settles_once_nothing_of_it_is_alive() -> None:
     assert not settled(rec.job, _seen(_obj(REF1, 1, ObjectPhase.STOPPING)))
     assert not settled(rec.job, None)
     assert settled(rec.job, _seen(_obj(REF1, 1, ObjectPhase.ENDED)))
-    assert settled(rec.job, _seen())
-    assert project(rec.job, _seen(), _t(3)).settled
+    assert project(rec.job, _seen(_obj(REF1, 1, ObjectPhase.ENDED)), _t(3)).settled
+
+
+def test_an_object_a_discovery_does_not_show_is_not_proven_gone_until_its_end_is_recorded() -> None:
+    """A discovery that doesn't show a launched object may predate it (the observer
+    republishes only on change), so it proves nothing by itself: the job settles once the
+    planner, on a discovery seen after the object could show, records the object gone
+    (regression found by the stateful test: a cancelled job "settled" while the object it had
+    just launched was alive on the scheduler)."""
+    rec = _cancelled()
+    assert not settled(rec.job, _seen())
+    later = Discovery(cluster="c", job_id="j1", seen_at=_t(60), objects=())
+    the_pass = next_steps(rec.job, later, Declarations(node_loss_window_s=120.0), _t(60))
+    assert the_pass.settled
+    ended = [s.event for s in the_pass.steps if isinstance(s, Commit)]
+    assert any(isinstance(e, ExecutionEnded) and e.ref == REF1 for e in ended)
 
 
 def test_a_foreign_object_blocks_settling_until_a_human_abandons_it() -> None:
@@ -378,11 +394,12 @@ def test_a_launch_whose_outcome_is_unknown_blocks_settling() -> None:
         LaunchUnknown(job_id="j1", at=_t(2), submission=2, attempt=1, detail="timeout"),
     )
     rec.add(*decide(rec.job, Cancel(by=ALICE), _t(3)))
-    assert not settled(rec.job, _seen())
+    first_ended = _seen(_obj(REF1, 1, ObjectPhase.ENDED))
+    assert not settled(rec.job, first_ended)
     rec.add(
         *decide(rec.job, Abandon(by=ALICE, target=AbandonTarget(submission=2, attempt=1)), _t(14))
     )
-    assert settled(rec.job, _seen())
+    assert settled(rec.job, first_ended)
 
 
 def test_a_cancelled_job_that_never_launched_settles_without_a_discovery() -> None:

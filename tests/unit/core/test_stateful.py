@@ -868,12 +868,6 @@ def _machine(submit: Submit, **sched: float) -> DispatchMachine:
     return machine
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug, reported: settled() trusts a Discovery taken before the record's newest "
-    "launch (docs/core-semantics.md 'Settled'; planner rule 2 says such a Discovery proves "
-    "nothing)",
-)
 def test_a_discovery_older_than_a_launch_does_not_settle_the_job() -> None:
     """Shrunk by the machine: a pass on a view taken just before it launches submission 1;
     the operator cancels; the next pass, on that same view (the observer republishes only on
