@@ -43,6 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
 
+from dispatch_backends.config import DEFAULT_POLL_INTERVAL_S
 from dispatch_backends.slurm import SlurmBackend, SlurmSettings
 from dispatch_backends.slurm.parse import parse_slurm_time
 from dispatch_core import (
@@ -204,7 +205,12 @@ async def _calls_per_poll(backend: SlurmBackend, count: int, made: list[str]) ->
 async def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--poll-interval", type=float, default=1.0)
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=DEFAULT_POLL_INTERVAL_S["slurm"],
+        help="the observer's poll interval, seconds (default: the Slurm default)",
+    )
     parser.add_argument("--jobs", type=int, default=500)
     args = parser.parse_args(argv)
 
