@@ -113,11 +113,6 @@ NEW_JOB: Final = "job-2"
 OPS_BOT: Final = Actor(name="ops-bot", kind=ActorKind.SERVICE)
 """A service actor: it may hold, cancel and so on, but never abandon (seed 002)."""
 
-STALE_DISCOVERY_SETTLES: Final = True
-"""A core bug this machine found (see the regression test named after it): ``settled`` trusts
-a Discovery taken before the record's newest launch. While it stands, the settled invariant
-leaves that one case to the strict-xfail regression test; set it to False once it is fixed."""
-
 
 @st.composite
 def _submits(draw: st.DrawFn) -> Submit:
@@ -170,7 +165,6 @@ class DispatchMachine(RuleBasedStateMachine):
     recovered: bool
     wake_at: datetime | None
     runs: dict[tuple[ObjectRef, int], int]
-    tolerate_stale_settle: bool = STALE_DISCOVERY_SETTLES
 
     # -- set-up -----------------------------------------------------------------------------
 
@@ -817,12 +811,6 @@ class DispatchMachine(RuleBasedStateMachine):
             for r in job.objects
             if r.ref in self.sched.objects and self.sched.objects[r.ref].alive
         ]
-        if self.tolerate_stale_settle and seen is not None:
-            # The known core bug (test_a_discovery_older_than_a_launch_does_not_settle_the_job):
-            # an object the Discovery doesn't show and whose end the record doesn't hold.
-            shown = {o.ref for o in seen.objects}
-            unproven = {r.ref for r in job.objects if r.ref not in shown and not r.ended}
-            alive = [ref for ref in alive if ref not in unproven]
         assert alive == [], (
             f"settled by the Discovery seen at {None if seen is None else seen.seen_at}, "
             f"but the record's objects {alive} are alive on the scheduler at {self.now}"
@@ -869,14 +857,15 @@ def _machine(submit: Submit, **sched: float) -> DispatchMachine:
 
 
 def test_a_discovery_older_than_a_launch_does_not_settle_the_job() -> None:
-    """Shrunk by the machine: a pass on a view taken just before it launches submission 1;
-    the operator cancels; the next pass, on that same view (the observer republishes only on
-    change), says the job settled, with no step and no ``wake_at``, while the object it
-    launched is alive on the scheduler (pending, gate closed) and is never stopped.
+    """Shrunk by the machine (fixed in 78af14b): a pass on a view taken just before it
+    launches submission 1; the operator cancels; the next pass, on that same view (the
+    observer republishes only on change), said the job settled, with no step and no
+    ``wake_at``, while the object it launched was alive on the scheduler (pending, gate
+    closed) and was never stopped.
 
-    Seed 002: a job settles when nothing of it can still act; planner rule 2: "a Discovery
-    that predates the object proves nothing". Expected: not settled until a view shows the
-    object ended or gone (then it is stopped, and ends).
+    DESIGN.md 3: a job settles when "nothing of it can still act: no live object";
+    planner rule 2: "a Discovery that predates the object proves nothing". It is not
+    settled until a view shows the object ended, or the planner records it gone.
     """
     sim = Sim(spec=JobSpec(cluster=CLUSTER, max_launch_attempts=1))
     seen = sim.discovery()  # the observer's latest view, taken before the launch
@@ -888,10 +877,11 @@ def test_a_discovery_older_than_a_launch_does_not_settle_the_job() -> None:
 
     assert not settled(sim.job, seen)
     assert not the_pass.settled
+    stopped = sim.step()  # on what the scheduler shows now: the object is stopped
+    assert [s.ref for s in stopped.steps if isinstance(s, Stop)] == list(sim.objects)
 
     # The same, as the machine shrank it:
     machine = _machine(_submit())
-    machine.tolerate_stale_settle = False
     machine.wake_and_follow_plan(delivered=False)
     machine.operator_ends_job(which="cancel", human=True, dice=0)
     machine.settled_only_when_nothing_can_act()
