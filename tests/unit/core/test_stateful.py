@@ -823,13 +823,13 @@ def _at(cause: Cause, now: datetime) -> Cause:
 
 
 DispatchMachine.TestCase.settings = settings(
-    max_examples=400,
+    max_examples=800,
     stateful_step_count=100,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 TestDispatchMachine = pytest.mark.timeout(900)(DispatchMachine.TestCase)
-"""The machine as a test: 400 walks of up to 100 steps, 20-30 s on a 2-core machine.
+"""The machine as a test: 800 walks of up to 100 steps, about 20 s on an idle 2-core machine.
 Hypothesis prints the failing steps (shrunk: they paste into an example test) and the seed
 to reproduce; the longer timeout leaves its shrinking (at most 5 minutes) time to finish."""
 
