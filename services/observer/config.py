@@ -13,6 +13,7 @@ variable                       meaning
                                the public contract's names)
 ``OBSERVER_STREAM_REPLICAS``   replicas of the streams it creates if missing (default 1)
 ``OBSERVER_POLL_INTERVAL_S``   seconds between two polls (default: the backend's, 1 s local)
+``OBSERVER_STORE_TIMEOUT_S``   seconds to wait for each JetStream reply (default 5)
 ``OBSERVER_HTTP_HOST``         where ``/healthz`` and ``/metrics`` listen (default 127.0.0.1)
 ``OBSERVER_HTTP_PORT``         their port (default 8081; 0 picks a free one)
 ``OBSERVER_SHUTDOWN_GRACE_S``  longest clean shutdown after SIGTERM, seconds (default 10)
@@ -42,6 +43,7 @@ class ObserverConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     namespace: str = ""
     stream_replicas: int = 1
     poll_interval_s: float | None = None
+    store_timeout_s: float = 5.0
     http_host: str = "127.0.0.1"
     http_port: int = 8081
     shutdown_grace_s: float = 10.0
@@ -51,6 +53,8 @@ class ObserverConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     def __post_init__(self) -> None:
         if self.poll_interval_s is not None and not self.poll_interval_s > 0:
             raise ValueError(f"poll_interval_s must be > 0, got {self.poll_interval_s}")
+        if not self.store_timeout_s > 0:
+            raise ValueError(f"store_timeout_s must be > 0, got {self.store_timeout_s}")
         if self.shutdown_grace_s < 0:
             raise ValueError(f"shutdown_grace_s must be >= 0, got {self.shutdown_grace_s}")
 

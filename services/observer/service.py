@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry
 from dispatch_backends import Backend, BackendError, Unreachable
 from dispatch_backends.config import load_clusters, make_backend, poll_interval_s
 from dispatch_core import Discovery, ObservedObject, decode, encode, is_job_id
-from dispatch_nats import LatestStore, Layout, NatsStoreError, ensure_streams
+from dispatch_nats import LatestStore, Layout, NatsStoreError, StreamKind, ensure_streams
 from services.common.http import health_app, start_http
 from services.common.lifecycle import connect_nats, drain, run_until_stopped
 from services.observer.config import ObserverConfig
@@ -298,7 +298,13 @@ async def run(
             return
         stack.push_async_callback(drain, nc)
         await ensure_streams(nc, cfg.stream_replicas, layout=layout)
-        discoveries = LatestStore.discovery(nc, layout=layout)
+        discoveries = LatestStore(
+            nc,
+            StreamKind.DISCOVERY,
+            layout=layout,
+            ack_timeout_s=cfg.store_timeout_s,
+            read_timeout_s=cfg.store_timeout_s,
+        )
         stack.push_async_callback(discoveries.aclose)
         observer = Observer(
             backend,

@@ -29,6 +29,10 @@ variable                            meaning
 ``SUPERVISOR_LAUNCH_RETRY_S``       seconds a launch is retried while the scheduler is
                                     unreachable before its outcome is recorded unknown
                                     (default 30)
+``SUPERVISOR_STORE_TIMEOUT_S``      seconds to wait for each JetStream reply (default 5)
+``SUPERVISOR_STORE_RETRY_S``        seconds an append whose outcome is unknown (JetStream
+                                    silent) is sent again, with the same msg ids, before the
+                                    pass gives up on it (default 60)
 ``SUPERVISOR_HTTP_HOST``            where ``/healthz`` and ``/metrics`` listen (default
                                     127.0.0.1)
 ``SUPERVISOR_HTTP_PORT``            their port (default 8080; 0 picks a free one)
@@ -73,6 +77,8 @@ class SupervisorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     ack_wait_s: float = 60.0
     retry_s: float = 5.0
     launch_retry_s: float = 30.0
+    store_timeout_s: float = 5.0
+    store_retry_s: float = 60.0
     http_host: str = "127.0.0.1"
     http_port: int = 8080
     shutdown_grace_s: float = 10.0
@@ -81,10 +87,10 @@ class SupervisorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     crash_after_intent: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("ack_wait_s", "retry_s"):
+        for name in ("ack_wait_s", "retry_s", "store_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        for name in ("launch_retry_s", "shutdown_grace_s"):
+        for name in ("launch_retry_s", "store_retry_s", "shutdown_grace_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("max_concurrent_passes", "backend_threads", "fetch_batch"):

@@ -39,14 +39,15 @@ job has settled, Run returns after one attempt"). Without ``deliver`` (the notif
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Final
+from typing import Final, TypeVar
 
 import msgspec
 
@@ -91,7 +92,7 @@ from dispatch_core import (
     project,
     settled,
 )
-from dispatch_nats import ConcurrencyConflict, LatestEntry
+from dispatch_nats import AppendOutcomeUnknown, ConcurrencyConflict, LatestEntry, StoreUnavailable
 from dispatch_nats.contract import WAKE_AT_HEADER
 from services.supervisor.metrics import SupervisorMetrics
 from services.supervisor.ports import DeliverFn, LatestPort, RecordPort
@@ -107,6 +108,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("dispatch.supervisor")
+
+T = TypeVar("T")
 
 _MAX_REPLANS: Final = 20
 _MAX_FACT_TRIES: Final = 20
@@ -241,6 +244,7 @@ class PassExecutor:
         clock: Callable[[], datetime] = _utcnow,
         writer: str | None = None,
         launch_retry_s: float = 30.0,
+        store_retry_s: float = 60.0,
         crash_after_intent: bool = False,
     ) -> None:
         """Prepare the executor.
@@ -257,6 +261,8 @@ class PassExecutor:
             writer: this writer's token in decisions' msg ids (default: a fresh random one).
             launch_retry_s: seconds a start is retried while the scheduler is unreachable
                 (nothing was created) before its outcome is recorded unknown.
+            store_retry_s: seconds an append whose outcome stays unknown is sent again
+                (same msg ids: stored at most once) before the pass gives up.
             crash_after_intent: TEST HOOK: SIGKILL this process right after a launch
                 intent is committed, before the backend is called.
         """
@@ -270,6 +276,7 @@ class PassExecutor:
         self._clock = clock
         self._writer = writer or uuid.uuid4().hex[:12]
         self._launch_retry_s = launch_retry_s
+        self._store_retry_s = store_retry_s
         self._crash_after_intent = crash_after_intent
         self._jobs: dict[str, Job] = {}
         self._published: dict[str, _Published] = {}
@@ -474,11 +481,13 @@ class PassExecutor:
         except DispatchError:
             log.exception("supervisor.malformed_decisions", extra={"job_id": job.job_id})
             raise
-        seqs = await self._records.append_many(
+        payloads = [encode(e) for e in events]
+        msg_ids = [f"{key}~{self._writer}" for key, _ in decisions]
+        seqs = await self._until_known(
             job.job_id,
-            [encode(e) for e in events],
-            expected_last_seq=job.seq,
-            msg_ids=[f"{key}~{self._writer}" for key, _ in decisions],
+            lambda: self._records.append_many(
+                job.job_id, payloads, expected_last_seq=job.seq, msg_ids=msg_ids
+            ),
         )
         # A Job holds no seq but its last one: the fold above, with the stored last seq.
         self._jobs[job.job_id] = msgspec.structs.replace(folded, seq=seqs[-1])
@@ -498,10 +507,12 @@ class PassExecutor:
                     extra={"job_id": job_id, "fact": type(event).__name__, "why": str(err)},
                 )
                 return 0
+            payload = encode(event)
             try:
-                seq = await self._records.append(
-                    job_id, encode(event), expected_last_seq=job.seq, msg_id=key
+                append = functools.partial(
+                    self._records.append, job_id, payload, expected_last_seq=job.seq, msg_id=key
                 )
+                seq = await self._until_known(job_id, append)
             except ConcurrencyConflict:
                 self._metrics.conflicts.labels("fact").inc()
                 await self._refresh(job_id)
@@ -516,6 +527,33 @@ class PassExecutor:
             await self._refresh(job_id)  # stored before (same msg id): it is in the record
             return 0
         raise TooManyConflicts(job_id, _MAX_FACT_TRIES)
+
+    async def _until_known(self, job_id: str, append: Callable[[], Awaitable[T]]) -> T:
+        """Run ``append`` again while its outcome is unknown (JetStream silent, or the
+        connection down), for up to ``store_retry_s``: with the same msg ids it is stored at
+        most once, and the store finds an earlier try that was. A decision must not be left
+        unknown when a retry can tell (an intent stored but believed lost is a launch never
+        made, escalated only after the unresolved age), nor a fact lost once its action was
+        carried out.
+
+        Raises:
+            AppendOutcomeUnknown, StoreUnavailable: still unknown after ``store_retry_s``.
+            ConcurrencyConflict: another writer extended the record first.
+        """
+        deadline = time.monotonic() + self._store_retry_s
+        delay = 0.2
+        while True:
+            try:
+                return await append()
+            except (AppendOutcomeUnknown, StoreUnavailable) as err:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning(
+                    "supervisor.append_unknown",
+                    extra={"job_id": job_id, "error": str(err), "retry_in_s": delay},
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     # -- actions ----------------------------------------------------------------------------
 

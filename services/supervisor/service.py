@@ -50,6 +50,7 @@ from dispatch_nats import (
     NatsStoreError,
     RecordStore,
     SharedFeed,
+    StreamKind,
     ensure_streams,
 )
 from dispatch_nats.contract import MSG_ID_HEADER, WAKE_AT_HEADER
@@ -105,6 +106,25 @@ def load_deliver(spec: str) -> DeliverFn | None:
         raise ValueError(f"deliver {spec!r} is not callable")
     deliver: DeliverFn = target  # checked callable; async by contract
     return deliver
+
+
+def _stores(
+    nc: NATS, layout: Layout, timeout_s: float
+) -> tuple[RecordStore, LatestStore, LatestStore]:
+    """The record, discovery and status stores, waiting ``timeout_s`` for each reply."""
+    return (
+        RecordStore(nc, layout=layout, ack_timeout_s=timeout_s, read_timeout_s=timeout_s),
+        LatestStore(
+            nc,
+            StreamKind.DISCOVERY,
+            layout=layout,
+            ack_timeout_s=timeout_s,
+            read_timeout_s=timeout_s,
+        ),
+        LatestStore(
+            nc, StreamKind.STATUS, layout=layout, ack_timeout_s=timeout_s, read_timeout_s=timeout_s
+        ),
+    )
 
 
 # -- deadlines ------------------------------------------------------------------------------
@@ -401,9 +421,7 @@ class Replica:
         self._metrics = metrics
         self._cfg = cfg
         self._clock = clock
-        self.records = RecordStore(nc, layout=layout)
-        self.discoveries = LatestStore.discovery(nc, layout=layout)
-        self.statuses = LatestStore.status(nc, layout=layout)
+        self.records, self.discoveries, self.statuses = _stores(nc, layout, cfg.store_timeout_s)
         self.executor = PassExecutor(
             records=self.records,
             discoveries=self.discoveries,
@@ -414,6 +432,7 @@ class Replica:
             channel=cfg.deliver_channel,
             clock=clock,
             launch_retry_s=cfg.launch_retry_s,
+            store_retry_s=cfg.store_retry_s,
             crash_after_intent=cfg.crash_after_intent,
         )
         self.deadlines = Deadlines(self._publish_wake, clock=clock)
@@ -694,17 +713,18 @@ class Supervisor:
         clock: Callable[[], datetime] = _utcnow,
         retry_s: float = 5.0,
         launch_retry_s: float = 30.0,
+        store_timeout_s: float = 5.0,
+        store_retry_s: float = 60.0,
     ) -> None:
-        """Supervise on ``nc`` with ``backends`` (by cluster, or a list of them)."""
+        """Supervise on ``nc`` with ``backends`` (by cluster, or a list of them); the
+        durations are those of :class:`~services.supervisor.config.SupervisorConfig`."""
         if not isinstance(backends, Mapping):
             backends = {b.cluster: b for b in backends}
         self._nc = nc
         self._layout = layout
         self._clock = clock
         self._retry_s = retry_s
-        self.records = RecordStore(nc, layout=layout)
-        self.discoveries = LatestStore.discovery(nc, layout=layout)
-        self.statuses = LatestStore.status(nc, layout=layout)
+        self.records, self.discoveries, self.statuses = _stores(nc, layout, store_timeout_s)
         self.executor = PassExecutor(
             records=self.records,
             discoveries=self.discoveries,
@@ -715,6 +735,7 @@ class Supervisor:
             channel=channel,
             clock=clock,
             launch_retry_s=launch_retry_s,
+            store_retry_s=store_retry_s,
         )
         self._locks: dict[str, asyncio.Lock] = {}
 

@@ -273,9 +273,17 @@ class Runtime:
             self.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.1
         )
         await ensure_streams(self._nc, layout=self.layout)
-        self._records = RecordStore(self._nc, layout=self.layout)
-        self._statuses = LatestStore.status(self._nc, layout=self.layout)
-        self._discoveries = LatestStore.discovery(self._nc, layout=self.layout)
+        # Long timeouts: a busy 2-core machine may keep the server from answering for a while.
+        wait_s = 15.0
+        self._records = RecordStore(
+            self._nc, layout=self.layout, ack_timeout_s=wait_s, read_timeout_s=wait_s
+        )
+        self._statuses, self._discoveries = (
+            LatestStore(
+                self._nc, kind, layout=self.layout, ack_timeout_s=wait_s, read_timeout_s=wait_s
+            )
+            for kind in (StreamKind.STATUS, StreamKind.DISCOVERY)
+        )
 
     async def close(self) -> None:
         for service in reversed(self.services):
@@ -325,6 +333,7 @@ class Runtime:
             "OBSERVER_NAMESPACE": self.layout.namespace,
             "OBSERVER_POLL_INTERVAL_S": str(self.poll_interval_s),
             "OBSERVER_HTTP_PORT": "0",
+            "OBSERVER_STORE_TIMEOUT_S": "10",
             "OBSERVER_LOG_LEVEL": "info",
         }
         env.update({f"OBSERVER_{k.upper()}": v for k, v in extra.items()})
@@ -338,6 +347,7 @@ class Runtime:
             "SUPERVISOR_HTTP_PORT": "0",
             "SUPERVISOR_RETRY_S": "1",
             "SUPERVISOR_LAUNCH_RETRY_S": "2",
+            "SUPERVISOR_STORE_TIMEOUT_S": "10",
             "SUPERVISOR_LOG_LEVEL": "info",
         }
         env.update({f"SUPERVISOR_{k.upper()}": v for k, v in extra.items()})

@@ -19,7 +19,7 @@ from dispatch_core import (
     decode_event,
     encode,
 )
-from dispatch_nats import ConcurrencyConflict, LatestEntry, RecordEntry
+from dispatch_nats import AppendOutcomeUnknown, ConcurrencyConflict, LatestEntry, RecordEntry
 
 __all__ = ["FakeBackend", "FakeLatest", "FakeRecords"]
 
@@ -32,6 +32,9 @@ class FakeRecords:
         self.entries: dict[str, list[RecordEntry]] = {}
         self.before_append: Callable[[str], Awaitable[None]] | None = None
         """Called at the start of every append (to interleave another writer)."""
+        self.silent = 0
+        """The next this many appends are stored but answered by silence (the store then
+        raises AppendOutcomeUnknown, as RecordStore does when JetStream never answers)."""
 
     def events(self, job_id: str) -> list[JobEvent]:
         return [decode_event(e.payload) for e in self.entries.get(job_id, [])]
@@ -77,6 +80,9 @@ class FakeRecords:
                 RecordEntry(seq=self.seq, payload=payload, msg_id=msg_id, time=datetime.now(UTC))
             )
             out.append(self.seq)
+        if self.silent > 0:
+            self.silent -= 1
+            raise AppendOutcomeUnknown(job_id, msg_ids[-1], expected_last_seq, 3)
         return out
 
     def write(self, job_id: str, *events: JobEvent) -> None:

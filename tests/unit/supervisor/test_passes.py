@@ -153,6 +153,23 @@ async def test_the_launch_intent_is_committed_before_the_backend_is_called() -> 
     assert status.state is State.PENDING
 
 
+async def test_an_append_answered_by_silence_is_sent_again_and_found_stored() -> None:
+    """JetStream stored the decisions and the launch's fact but never answered: sent again
+    with the same msg ids, each is found stored; the launch is made once, not left unknown."""
+    inst = Installation()
+    inst.submit()
+    inst.records.silent = 2
+    outcome = await inst.executor().run_pass(JOB)
+    assert len(inst.backend.started) == 1
+    assert _tags(inst) == [
+        "job.created",
+        "submission.opened",
+        "launch.intended",
+        "launch.recorded",
+    ]
+    assert outcome.appended == 3
+
+
 async def test_a_refused_launch_asks_for_a_follow_up_pass() -> None:
     """The scheduler refused attempt 1: planning again gives attempt 2 at once."""
     inst = Installation()
