@@ -18,7 +18,7 @@ variable                            meaning
                                     (default ``in-process``)
 ``SUPERVISOR_DURABLE``              prefix of the shared durable consumers' names, the same in
                                     every replica (default ``supervisor``)
-``SUPERVISOR_MAX_CONCURRENT_PASSES`` passes of different jobs run at once (default 32)
+``SUPERVISOR_MAX_CONCURRENT_PASSES`` passes of different jobs run at once (default 128)
 ``SUPERVISOR_BACKEND_THREADS``      threads for the backends' blocking calls, in a process run
                                     by ``python -m services.supervisor`` (default 32)
 ``SUPERVISOR_FETCH_BATCH``          messages fetched at once from each consumer (default 256)
@@ -71,7 +71,7 @@ class SupervisorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     deliver: str = NOTIFIER
     deliver_channel: str = "in-process"
     durable: str = "supervisor"
-    max_concurrent_passes: int = 32
+    max_concurrent_passes: int = 128
     backend_threads: int = 32
     fetch_batch: int = 256
     ack_wait_s: float = 60.0
