@@ -700,6 +700,10 @@ class _Store:
             if not runner_alive:
                 files = self.files(object_id, path)  # it may have finished just now
                 status = files.status
+                if status is None:
+                    # ... or just started: runner.json may have appeared since the first read,
+                    # so "no runner" then is not "runner vanished" now.
+                    runner_alive = _same_process(files.runner)
         started = files.job is not None or (status is not None and status.started)
         ended_at: datetime | None = None
         ending: Cause | None = None
