@@ -15,9 +15,14 @@ say() { printf 'install: %s\n' "$*"; }
 
 "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
     { echo "install: error: Python >= 3.11 is needed, $py is $("$py" -V 2>&1)" >&2; exit 1; }
-if [ ! -x "$venv/bin/python" ]; then
+"$py" -c 'import venv, ensurepip' 2> /dev/null || {
+    echo "install: error: $py can't make virtual environments; on Debian: apt-get install python3-venv" >&2
+    exit 1
+}
+# A venv left half-made by an interrupted run (no pip in it) is made again, not trusted.
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -m pip --version > /dev/null 2>&1; then
     say "creating virtual environment $venv"
-    "$py" -m venv "$venv"
+    "$py" -m venv --clear "$venv"
 fi
 pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q)
 say "installing dispatch (editable) with its test tools"

@@ -14,6 +14,7 @@ from dispatch_core.constants import (
     SHARED_HOLD_FOR_S,
     SUPERVISOR,
 )
+from dispatch_core.epoch import MAX_SUBMISSION
 from dispatch_core.errors import InvalidPolicy, InvalidSpec
 from dispatch_core.state import (
     COVERABLE_CAUSES,
@@ -74,8 +75,11 @@ def validate(policy: RecoveryPolicy) -> None:
     for i, rule in enumerate(policy.rules):
         if not rule.on:
             raise InvalidPolicy(i, None, "the rule covers no cause")
-        if rule.budget < 0:
-            raise InvalidPolicy(i, None, f"budget {rule.budget} is negative")
+        if not 0 <= rule.budget <= MAX_SUBMISSION:
+            # each recovery opens a submission, and N can't pass MAX_SUBMISSION (seed 004)
+            raise InvalidPolicy(
+                i, None, f"budget {rule.budget} is not in 0..{MAX_SUBMISSION} (submissions)"
+            )
         if not (math.isfinite(rule.hold_for_s) and 0 < rule.hold_for_s <= MAX_HOLD_FOR_S):
             raise InvalidPolicy(
                 i,

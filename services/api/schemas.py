@@ -395,6 +395,11 @@ def check_spec(spec: JobSpec) -> None:
     Raises:
         BadRequest: a duration or the launch attempts out of bounds; ``field`` names it.
     """
+    if not spec.command and not spec.script.strip():
+        raise BadRequest(
+            "spec has neither a command nor a script: there is nothing to run",
+            field="spec.command",
+        )
     try:
         validate_spec(spec)
     except InvalidSpec as err:

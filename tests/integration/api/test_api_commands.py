@@ -444,3 +444,12 @@ async def test_a_retried_supersede_names_the_same_new_job(api: Api) -> None:
     assert first.body["new_job_id"] == second.body["new_job_id"]
     assert second.body["plan"] == first.body["plan"]
     assert len(await api.events(first.body["new_job_id"])) == 1
+
+
+async def test_a_spec_with_nothing_to_run_is_a_400_naming_spec_command(api: Api) -> None:
+    """A job that can only fail at launch is refused at submission, naming the field,
+    rather than escalated later as a scheduler's refusal."""
+    reply = await api.call("POST", "/v1/jobs", body={"spec": {"cluster": "local"}})
+    assert reply.status == 400
+    assert reply.error["field"] == "spec.command"
+    assert "nothing to run" in reply.error["message"]

@@ -101,7 +101,13 @@ def test_unknown_may_only_be_covered_by_a_hold_or_escalate_rule(action: Action) 
 def test_a_rule_without_causes_a_negative_budget_or_a_bad_hold_time_is_refused() -> None:
     assert _refusal(_policy(_rule())).reason == "the rule covers no cause"
     assert (
-        _refusal(_policy(_rule(CauseKind.PREEMPTED, budget=-1))).reason == "budget -1 is negative"
+        _refusal(_policy(_rule(CauseKind.PREEMPTED, budget=-1))).reason
+        == "budget -1 is not in 0..999999 (submissions)"
+    )
+    # each recovery opens a submission; N can't pass 999,999 (seed 004, "The epoch")
+    assert (
+        "budget 1000000 is not in"
+        in _refusal(_policy(_rule(CauseKind.PREEMPTED, budget=1_000_000))).reason
     )
     for hold_for_s in (0.0, -5.0, math.nan, math.inf, 1e12):
         err = _refusal(
@@ -128,7 +134,7 @@ _ANY_RULE = st.builds(
     RecoveryRule,
     on=st.lists(st.sampled_from(CauseKind), max_size=4).map(tuple),
     action=st.sampled_from(Action),
-    budget=st.integers(min_value=-2, max_value=3),
+    budget=st.sampled_from([-2, -1, 0, 1, 3, 999_999, 1_000_000]),
     enforcer=st.sampled_from(Enforcer),
     hold_for_s=st.sampled_from([86400.0, 60.0, 0.0, -1.0, math.inf, math.nan, 4e9]),
 )
@@ -138,7 +144,7 @@ def _oracle(policy: RecoveryPolicy) -> tuple[int, CauseKind | None] | None:
     """The rules of seed 000 restated: the first illegal (rule, cause), or None if legal."""
     seen: set[CauseKind] = set()
     for index, rule in enumerate(policy.rules):
-        if len(rule.on) == 0 or rule.budget < 0:
+        if len(rule.on) == 0 or not 0 <= rule.budget <= 999_999:
             return index, None
         if not 0 < rule.hold_for_s <= 100 * 365 * 24 * 3600 or rule.hold_for_s != rule.hold_for_s:
             return index, None
