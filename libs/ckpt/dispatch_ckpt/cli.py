@@ -109,7 +109,8 @@ def cli() -> None:
     \b
     A job script:
         OUT=$(dispatch-ckpt env --root /ckpt/job-7)        # the execution folder
-        RESUME=$(dispatch-ckpt latest --root /ckpt/job-7 || true)
+        rc=0; RESUME=$(dispatch-ckpt latest --root /ckpt/job-7) || rc=$?
+        [ "$rc" = 0 ] || [ "$rc" = 3 ] || exit 1           # 3: nothing yet; else an error
         dispatch-ckpt watch --root /ckpt/job-7 & WATCH=$!
         python train.py --output-dir "$OUT" --resume "$RESUME"
         kill $WATCH; wait $WATCH || exit 1                 # an early exit is a failure
