@@ -333,8 +333,9 @@ def run_demo(
 
             kill_all(embedded.local_data_dir)
             out(
-                f"its data stays in {embedded.data_dir} (look again: dispatch up --data-dir "
-                f"{embedded.data_dir}, then dispatch status {job_id})"
+                f"its data stays in {embedded.data_dir} (look again: export "
+                f"DISPATCH_DATA_DIR={embedded.data_dir}; dispatch up, then in another shell "
+                f"with the same export: dispatch status {job_id})"
             )
 
 

@@ -228,10 +228,14 @@ def up(data_dir: Path | None, port: int, verbose: bool, as_json: bool) -> int:
         say(f"    export DISPATCH_API={state.api} DISPATCH_TOKEN={embedded.token}")
         say("    dispatch submit examples/local-train.toml --watch")
         say("    dispatch status")
-        say(
-            f"  (on this machine the CLI also finds both by itself; the token is kept in "
-            f"{embedded.data_dir / 'token'})"
-        )
+        if embedded.data_dir.resolve() == default_data_dir(os.environ).resolve():
+            say(
+                f"  (on this machine the CLI also finds both by itself; the token is kept in "
+                f"{embedded.data_dir / 'token'})"
+            )
+        else:
+            # not the default data directory: client commands find it only when told
+            say(f"  (or, on this machine: export DISPATCH_DATA_DIR={embedded.data_dir})")
         say(f"  Logs: {embedded.logs_dir}/   Ctrl-C stops everything.")
         while not stop.wait(1.0):
             embedded.watch()
