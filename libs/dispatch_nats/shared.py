@@ -232,7 +232,15 @@ class SharedFeed:
                 self._buffer = await sub.fetch(self._batch, timeout=self._poll_s)
             except (NatsTimeoutError, TimeoutError):
                 # A fetch that found nothing. nats-py 2.16 raises its own TimeoutError from
-                # some paths and the builtin one from others (nats/js/client.py, fetch).
+                # some paths and the builtin one from others (nats/js/client.py, fetch). But
+                # on Python 3.11 asyncio.wait_for can also turn a cancellation of this task
+                # into a TimeoutError (fixed in 3.12): honour the cancellation, or the feed
+                # would loop forever and never shut down.
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise asyncio.CancelledError from None
+                if self._closed:
+                    raise StopAsyncIteration from None
                 continue
             except ConnectionClosedError as err:
                 if self._closed:

@@ -209,6 +209,10 @@ async def test_a_fetch_that_finds_nothing_is_not_an_error_whichever_timeout_nats
         waiting = asyncio.create_task(anext(feed))
         await asyncio.sleep(0.5)  # many empty fetches, each past its deadline at once
         assert not waiting.done(), waiting.exception() if waiting.done() else None
+        # ... and a cancellation ends it, even one that nats-py's wait_for turned into a
+        # TimeoutError (Python 3.11): a feed that swallowed it would never shut down.
         waiting.cancel()
+        done, _ = await asyncio.wait({waiting}, timeout=10)
+        assert waiting in done, "the feed did not honour its cancellation"
         with pytest.raises(asyncio.CancelledError):
-            await waiting
+            waiting.result()
