@@ -155,3 +155,19 @@ class EmergencyStopper(Protocol):
     async def emergency_stop(self, ref: ObjectRef) -> None:
         """Kill ``ref`` and everything of it now."""
         ...
+
+
+@runtime_checkable
+class Closable(Protocol):
+    """Optional: a backend that holds resources to release at shutdown (watch threads, API
+    clients). Services call :func:`close_backend` on each backend they built themselves."""
+
+    async def aclose(self) -> None:
+        """Release the backend's resources; calling it twice is not an error."""
+        ...
+
+
+async def close_backend(backend: Backend) -> None:
+    """Call ``backend.aclose()`` if the backend is :class:`Closable`; otherwise do nothing."""
+    if isinstance(backend, Closable):
+        await backend.aclose()

@@ -30,7 +30,7 @@ import nats
 from nats.aio.client import Client as NATS
 from prometheus_client import CollectorRegistry
 
-from dispatch_backends import Backend, BackendError, Unreachable
+from dispatch_backends import Backend, BackendError, Unreachable, close_backend
 from dispatch_backends.config import load_clusters, make_backend, poll_interval_s
 from dispatch_core import Discovery, ObservedObject, decode, encode, is_job_id
 from dispatch_nats import LatestStore, Layout, NatsStoreError, StreamKind, ensure_streams
@@ -276,6 +276,7 @@ async def run(
     """
     registry = registry if registry is not None else CollectorRegistry()
     ready = ready if ready is not None else asyncio.Event()
+    built = backend is None
     if backend is None:
         cluster = load_clusters(cfg.clusters_file).get(cfg.cluster)
         backend = make_backend(cluster)
@@ -285,6 +286,8 @@ async def run(
     layout = Layout(namespace=cfg.namespace)
     metrics = ObserverMetrics(registry, backend.cluster)
     async with AsyncExitStack() as stack:
+        if built:
+            stack.push_async_callback(close_backend, backend)
         runner, port = await start_http(
             health_app(registry, ready, service="observer"), cfg.http_host, cfg.http_port
         )

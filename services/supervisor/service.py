@@ -38,7 +38,7 @@ from nats.aio.client import Client as NATS
 from nats.js.client import JetStreamContext
 from prometheus_client import CollectorRegistry
 
-from dispatch_backends import Backend
+from dispatch_backends import Backend, close_backend
 from dispatch_backends.config import load_clusters, make_backend
 from dispatch_core import State, Status, decode
 from dispatch_nats import (
@@ -650,6 +650,7 @@ async def run(
     """
     registry = registry if registry is not None else CollectorRegistry()
     ready = ready if ready is not None else asyncio.Event()
+    built = backends is None
     if backends is None:
         clusters = load_clusters(cfg.clusters_file)
         backends = {c.name: make_backend(c) for c in clusters.clusters}
@@ -658,6 +659,9 @@ async def run(
     layout = Layout(namespace=cfg.namespace)
     metrics = SupervisorMetrics(registry)
     async with AsyncExitStack() as stack:
+        if built:
+            for backend in backends.values():
+                stack.push_async_callback(close_backend, backend)
         runner, port = await start_http(
             health_app(registry, ready, service="supervisor"), cfg.http_host, cfg.http_port
         )

@@ -3,18 +3,21 @@ observer and a supervisor replica run in-process (tasks of the test's event loop
 own :class:`KubeflowBackend` on the fake Kubernetes API server (TEST DOUBLE, real HTTP, the real
 ``kubernetes`` client) while the cluster simulator plays Trainer, JobSet, Job, Kueue and kubelet.
 
-The backends are handed to the services through their ``run(backend=...)`` /
-``run(backends=...)`` parameters (no monkeypatching): the clusters file can't name a kubeflow
-cluster until ``dispatch_backends.config`` builds one.
+Most tests hand the backends to the services through their ``run(backend=...)`` /
+``run(backends=...)`` parameters (no monkeypatching), to share the fake's clients; the last
+builds them from a clusters file and a kubeconfig, as a deployment does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import secrets
+import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import nats
@@ -255,3 +258,75 @@ async def test_a_trainjob_preempted_by_kueue_is_resubmitted_with_a_higher_epoch_
         (1, CauseKind.PREEMPTED),
         (2, CauseKind.NONE),
     ]
+
+
+async def test_services_built_from_a_clusters_file_stop_the_kubeflow_watches_they_started(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """An observer and a supervisor that build their KubeflowBackend from the clusters file
+    (through a kubeconfig, as deployed) close it when they stop: no watch thread outlives
+    them."""
+    layout = Layout(namespace=f"kf{secrets.token_hex(4)}")
+    with simulated() as (server, _cluster):
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "fake", "cluster": {"server": server.url}}],
+                    "users": [{"name": "fake", "user": {}}],
+                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+                    "current-context": "fake",
+                }
+            )
+        )
+        clusters = tmp_path / "clusters.toml"
+        clusters.write_text(
+            "[[clusters]]\n"
+            f'name = "{CLUSTER}"\nbackend = "kubeflow"\nnamespaces = ["{NS}"]\n'
+            f'queue = "{QUEUE}"\nkubeconfig = "{kubeconfig}"\nwatch_timeout_s = 1.0\n'
+        )
+
+        def watch_threads() -> set[threading.Thread]:
+            return {t for t in threading.enumerate() if t.name.startswith("kubeflow ")}
+
+        before = watch_threads()
+        runs: list[Callable[[asyncio.Event, asyncio.Event], Coroutine[Any, Any, None]]] = [
+            lambda stop, ready: observer_service.run(
+                ObserverConfig(
+                    cluster=CLUSTER,
+                    clusters_file=str(clusters),
+                    nats_url=(nats_server.url,),
+                    namespace=layout.namespace,
+                    poll_interval_s=0.2,
+                    http_port=0,
+                ),
+                stop,
+                registry=CollectorRegistry(),
+                ready=ready,
+            ),
+            lambda stop, ready: supervisor_service.run(
+                SupervisorConfig(
+                    clusters_file=str(clusters),
+                    nats_url=(nats_server.url,),
+                    namespace=layout.namespace,
+                    http_port=0,
+                ),
+                stop,
+                registry=CollectorRegistry(),
+                ready=ready,
+            ),
+        ]
+        started_by: list[set[threading.Thread]] = []
+        for run in runs:
+            stop, ready = asyncio.Event(), asyncio.Event()
+            task = asyncio.create_task(run(stop, ready))
+            await asyncio.wait_for(ready.wait(), 30)
+            started = watch_threads() - before
+            started_by.append(started)
+            stop.set()
+            await asyncio.wait_for(task, 30)
+            assert all(not t.is_alive() for t in started), [t.name for t in started]
+        assert started_by[0], "the observer's first discovery started no watch"
+        assert watch_threads() == before
