@@ -4,7 +4,8 @@ nats-py's ordered consumer (an ephemeral, in-memory, flow-controlled push consum
 re-creates itself from the last stream seq it saw on any gap or on missed idle heartbeats)
 follows a stream in order across reconnects and server restarts. `OrderedFeed` wraps it
 with dispatch's errors, a bounded-wait loop that notices a closed connection, and a clean
-`aclose`.
+`aclose`. `MessageFeed` is the base of the public feeds: an `OrderedFeed` whose messages
+are turned into the feed's own items.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from types import TracebackType
-from typing import Self
+from typing import Generic, Self, TypeVar
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -26,6 +27,9 @@ from nats.js.errors import APIError, NotFoundError
 from dispatch_nats.errors import NatsStoreError, StoreUnavailable, StreamNotFound, api_error
 
 _POLL_S = 1.0  # how often a waiting iterator checks for a closed connection, seconds
+
+
+T = TypeVar("T")
 
 
 class OrderedFeed:
@@ -156,3 +160,39 @@ class OrderedFeed:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+class MessageFeed(Generic[T]):
+    """An `OrderedFeed` as an async iterator (and async context manager) of `T`: each
+    message is turned into an item by `item`, which subclasses define."""
+
+    def __init__(self, feed: OrderedFeed) -> None:
+        """Wrap an ordered feed (not yet started; entering the context starts it)."""
+        self._feed = feed
+
+    def item(self, msg: Msg) -> T:
+        """The item of one message."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self._feed.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._feed.aclose()
+
+    async def aclose(self) -> None:
+        """Stop the feed. Safe to call twice."""
+        await self._feed.aclose()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> T:
+        """Wait for the next item.
+
+        Raises:
+            StopAsyncIteration: the feed was closed.
+            StoreUnavailable: the connection closed.
+        """
+        return self.item(await self._feed.next_msg())

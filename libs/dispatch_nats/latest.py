@@ -20,7 +20,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
-from dispatch_nats._feed import OrderedFeed
+from dispatch_nats._feed import MessageFeed, OrderedFeed
 from dispatch_nats._wire import (
     EXPECTED_LAST_SUBJECT_SEQ,
     PUB_ACK_DECODER,
@@ -65,7 +65,7 @@ class LatestEntry(msgspec.Struct, frozen=True, kw_only=True):
     """The headers it was put with (without JetStream's own `Nats-*` headers)."""
 
 
-class LatestFeed:
+class LatestFeed(MessageFeed[LatestEntry]):
     """Values of the keys matching a pattern as they change: an async iterator of `LatestEntry`.
 
     async with statuses.watch(("job-1",)) as changes:
@@ -75,31 +75,11 @@ class LatestFeed:
 
     def __init__(self, feed: OrderedFeed, store: LatestStore) -> None:
         """Wrap an ordered feed (use `LatestStore.watch`)."""
-        self._feed = feed
+        super().__init__(feed)
         self._store = store
 
-    async def __aenter__(self) -> Self:
-        await self._feed.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self._feed.aclose()
-
-    async def aclose(self) -> None:
-        """Stop watching. Safe to call twice."""
-        await self._feed.aclose()
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> LatestEntry:
-        """Wait for the next value.
-
-        Raises:
-            StopAsyncIteration: the feed was closed.
-            StoreUnavailable: the connection closed.
-        """
-        msg = await self._feed.next_msg()
+    def item(self, msg: Msg) -> LatestEntry:
+        """The value a message holds."""
         meta = msg.metadata
         return LatestEntry(
             key=self._store.key_of(msg.subject),

@@ -33,7 +33,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
-from dispatch_nats._feed import OrderedFeed
+from dispatch_nats._feed import MessageFeed, OrderedFeed
 from dispatch_nats._wire import (
     EXPECTED_LAST_SUBJECT_SEQ,
     MSG_ID,
@@ -96,7 +96,7 @@ class RecordChange(NamedTuple):
     seq: int
 
 
-class RecordFeed:
+class RecordFeed(MessageFeed[RecordChange]):
     """Every append to any job's record, in stream order: an async iterator of `RecordChange`.
 
         async with store.follow(after_seq=seq) as changes:
@@ -109,31 +109,11 @@ class RecordFeed:
 
     def __init__(self, feed: OrderedFeed, layout: Layout) -> None:
         """Wrap an ordered feed on the record stream (use `RecordStore.follow`)."""
-        self._feed = feed
+        super().__init__(feed)
         self._layout = layout
 
-    async def __aenter__(self) -> Self:
-        await self._feed.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self._feed.aclose()
-
-    async def aclose(self) -> None:
-        """Stop following. Safe to call twice."""
-        await self._feed.aclose()
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> RecordChange:
-        """Wait for the next append.
-
-        Raises:
-            StopAsyncIteration: the feed was closed.
-            StoreUnavailable: the connection closed.
-        """
-        msg = await self._feed.next_msg()
+    def item(self, msg: Msg) -> RecordChange:
+        """The append a message reports."""
         return RecordChange(
             self._layout.job_id_from_record_subject(msg.subject), msg.metadata.sequence.stream
         )
