@@ -340,18 +340,7 @@ def _endings(p: _Pass) -> None:
     for record in tuple(p.job.objects):
         obs = p.own.get(record.ref)
         for restart, cause in _new_endings(p, record, obs):
-            p.commit(
-                "ended",
-                f"{record.ref}/{restart}",
-                ExecutionEnded(
-                    job_id=p.job.job_id,
-                    at=p.now,
-                    ref=record.ref,
-                    restart=restart,
-                    cause=cause,
-                    submission=record.submission,
-                ),
-            )
+            _commit_end(p, record.ref, restart, cause, record.submission)
             primary = p.primary()
             if primary is not None and primary.ref == record.ref and p.decidable():
                 lived_on = obs is not None and obs.restarts > restart
@@ -375,16 +364,21 @@ def _record_duplicate_end(p: _Pass, obs: ObservedObject, restart: int, cause: Ca
     if record is not None and restart in record.ended:
         return
     assert obs.submission is not None
+    _commit_end(p, obs.ref, restart, cause, obs.submission)
+
+
+def _commit_end(p: _Pass, ref: ObjectRef, restart: int, cause: Cause, submission: int) -> None:
+    """Record that execution ``restart`` of ``ref`` (of ``submission``) ended with ``cause``."""
     p.commit(
         "ended",
-        f"{obs.ref}/{restart}",
+        f"{ref}/{restart}",
         ExecutionEnded(
             job_id=p.job.job_id,
             at=p.now,
-            ref=obs.ref,
+            ref=ref,
             restart=restart,
             cause=cause,
-            submission=obs.submission,
+            submission=submission,
         ),
     )
 
