@@ -11,24 +11,19 @@ builds them from a clusters file and a kubeconfig, as a deployment does.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import secrets
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
 from prometheus_client import CollectorRegistry
 
 from dispatch_backends.kubeflow import KubeflowBackend, KubeflowSettings
 from dispatch_core import (
     Action,
-    Actor,
-    ActorKind,
     CauseKind,
     ExecutionEnded,
     JobSpec,
@@ -36,18 +31,14 @@ from dispatch_core import (
     RecoveryRule,
     State,
     Status,
-    Submit,
-    decide,
-    decode,
-    decode_event,
-    encode,
     epoch,
 )
-from dispatch_nats import LatestStore, Layout, RecordStore, StreamKind, ensure_streams
+from dispatch_nats import Layout
 from services.observer import service as observer_service
 from services.observer.config import ObserverConfig
 from services.supervisor import service as supervisor_service
 from services.supervisor.config import SupervisorConfig
+from tests.e2e.installation import Installation as E2EInstallation
 from tests.fakes.kube_apiserver import FakeKubeApiServer
 from tests.fakes.kube_controller import ClusterSimulator
 from tests.integration.backends.test_kubeflow_support import NS, QUEUE, simulated
@@ -58,129 +49,42 @@ from tests.util import assert_eventually
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 CLUSTER = "kf"
-ALICE = Actor(name="alice", kind=ActorKind.HUMAN)
 
 
-class Installation:
-    """A namespace on the nats-server, the fake cluster, and the services."""
+class Installation(E2EInstallation[KubeflowBackend]):
+    """A namespace on the nats-server, the fake cluster, and the services, each handed its
+    own backend (the clusters file is there for the configs; nothing reads it)."""
 
-    def __init__(self, url: str, server: FakeKubeApiServer, cluster: ClusterSimulator) -> None:
-        self.url = url
+    def __init__(
+        self, url: str, tmp: Path, server: FakeKubeApiServer, cluster: ClusterSimulator
+    ) -> None:
         self.server = server
         self.cluster = cluster
-        self.layout = Layout(namespace=f"kf{secrets.token_hex(4)}")
         self.settings = KubeflowSettings(namespaces=(NS,), queue=QUEUE, watch_timeout_s=1.0)
         self.clients = [server.api_client(), server.api_client()]
         self.backends = [KubeflowBackend(CLUSTER, self.settings, c) for c in self.clients]
-        self.tasks: list[tuple[asyncio.Event, asyncio.Task[None]]] = []
-        self.nc: Any = None
-        self.records: RecordStore | None = None
-        self.statuses: LatestStore | None = None
+        super().__init__(
+            url,
+            tmp,
+            self.backends[1],
+            clusters_toml=(
+                "[[clusters]]\n"
+                f'name = "{CLUSTER}"\nbackend = "kubeflow"\nnamespaces = ["{NS}"]\n'
+                f'queue = "{QUEUE}"\nwatch_timeout_s = 1.0\n'
+            ),
+            poll_interval_s=0.2,
+        )
 
     async def open(self) -> None:
-        self.nc = await nats.connect(self.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
-        await ensure_streams(self.nc, layout=self.layout)
-        self.records = RecordStore(self.nc, layout=self.layout)
-        self.statuses = LatestStore.status(self.nc, layout=self.layout)
-        observer_cfg = ObserverConfig(
-            cluster=CLUSTER,
-            nats_url=(self.url,),
-            namespace=self.layout.namespace,
-            poll_interval_s=0.2,
-            http_port=0,
-        )
-        supervisor_cfg = SupervisorConfig(
-            nats_url=(self.url,),
-            namespace=self.layout.namespace,
-            http_port=0,
-            retry_s=1.0,
-            launch_retry_s=2.0,
-        )
-        await self._start(
-            lambda stop, ready: observer_service.run(
-                observer_cfg,
-                stop,
-                registry=CollectorRegistry(),
-                ready=ready,
-                backend=self.backends[0],
-            )
-        )
-        await self._start(
-            lambda stop, ready: supervisor_service.run(
-                supervisor_cfg,
-                stop,
-                registry=CollectorRegistry(),
-                ready=ready,
-                backends={CLUSTER: self.backends[1]},
-            )
-        )
+        await super().open()
+        await self.observer(backend=self.backends[0])
+        await self.supervisor(backends={CLUSTER: self.backends[1]})
 
-    async def _start(
-        self, run: Callable[[asyncio.Event, asyncio.Event], Coroutine[Any, Any, None]]
-    ) -> None:
-        stop, ready = asyncio.Event(), asyncio.Event()
-        task = asyncio.create_task(run(stop, ready))
-        self.tasks.append((stop, task))
-        waiter = asyncio.ensure_future(ready.wait())
-        done, _ = await asyncio.wait({waiter, task}, timeout=30, return_when="FIRST_COMPLETED")
-        waiter.cancel()
-        if task in done:
-            task.result()
-            raise AssertionError("a service ended before it was ready")
-        assert ready.is_set(), "a service was not ready within 30 s"
-
-    async def close(self) -> None:
-        for stop, task in reversed(self.tasks):
-            stop.set()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(task, 30)
+    async def _clear_backend(self) -> None:
         for backend in self.backends:
             await backend.aclose()
         for api in self.clients:
             api.close()
-        if self.nc is not None:
-            for store in (self.records, self.statuses):
-                if store is not None:
-                    await store.aclose()
-            js = self.nc.jetstream()
-            for kind in StreamKind:
-                with contextlib.suppress(nats.errors.Error):
-                    await js.delete_stream(self.layout.stream(kind))
-            await self.nc.close()
-
-    async def submit(self, job_id: str, spec: JobSpec, policy: RecoveryPolicy) -> None:
-        """Create the job's record, as the API service does."""
-        assert self.records is not None
-        events = decide(
-            None,
-            Submit(
-                by=ALICE,
-                job_id=job_id,
-                spec=spec,
-                policy=policy,
-                declarations=self.backends[1].declarations(),
-            ),
-            datetime.now(UTC),
-        )
-        await self.records.append_many(
-            job_id,
-            [encode(e) for e in events],
-            expected_last_seq=0,
-            msg_ids=[f"test:{job_id}:{i}" for i in range(len(events))],
-        )
-
-    async def wait_status(self, job_id: str, check: Callable[[Status], None]) -> Status:
-        assert self.statuses is not None
-        statuses = self.statuses
-
-        async def probe() -> Status:
-            entry = await statuses.get((job_id,))
-            assert entry is not None, f"{job_id}: no status yet"
-            status = decode(entry.payload, Status)
-            check(status)
-            return status
-
-        return await assert_eventually(probe, timeout_s=60, interval_s=0.1)
 
     def running_env(self, name: str) -> dict[str, str]:
         """The DISPATCH_* environment of the running pods of TrainJob ``name``."""
@@ -190,9 +94,9 @@ class Installation:
 
 
 @pytest.fixture
-async def installation(nats_server: NatsServer) -> AsyncIterator[Installation]:
+async def installation(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[Installation]:
     with simulated() as (server, cluster):
-        inst = Installation(nats_server.url, server, cluster)
+        inst = Installation(nats_server.url, tmp_path / "inst", server, cluster)
         try:
             await inst.open()
             yield inst
@@ -251,8 +155,7 @@ async def test_a_trainjob_preempted_by_kueue_is_resubmitted_with_a_higher_epoch_
     recoveries = [t for t in status.history if t.state is State.RECOVERING]
     assert [t.cause.kind for t in recoveries] == [CauseKind.PREEMPTED]
     assert "Evicted (Preempted)" in recoveries[0].cause.detail
-    assert inst.records is not None
-    events = [decode_event(e.payload) for e in await inst.records.read(job_id)]
+    events = await inst.events(job_id)
     ended = [e for e in events if isinstance(e, ExecutionEnded)]
     assert [(e.submission, e.cause.kind) for e in ended] == [
         (1, CauseKind.PREEMPTED),
