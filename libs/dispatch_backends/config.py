@@ -160,6 +160,9 @@ class ClustersConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
 
 _DECODER: Final = msgspec.json.Decoder(ClustersConfig)
+_BACKEND_KINDS: Final = tuple(
+    str(kind.__struct_config__.tag) for kind in (LocalCluster, SlurmCluster, KubeflowCluster)
+)
 
 
 def _backend_kind(cluster: ClusterConfig) -> str:
@@ -185,14 +188,18 @@ def parse_clusters(raw: object, *, source: str = "clusters") -> ClustersConfig:
         source: what to call it in error messages (the file name).
 
     Raises:
-        ClustersConfigError: a field of the wrong type, an unknown field of a local cluster
-            or of the file, an unknown ``backend``, a name that is not a token, or a name
-            used twice.
+        ClustersConfigError: a field of the wrong type, an unknown field of a cluster or
+            of the file, an unknown ``backend`` (the message lists the known ones), a name
+            that is not a token, or a name used twice.
     """
     try:
         config = msgspec.convert(raw, ClustersConfig, strict=False)
     except msgspec.ValidationError as err:
-        raise ClustersConfigError(f"{source}: {err}") from err
+        # msgspec names the tag it doesn't know, not the ones it does.
+        known = ""
+        if str(err).startswith("Invalid value") and str(err).endswith(".backend`"):
+            known = f" (backends: {', '.join(_BACKEND_KINDS)})"
+        raise ClustersConfigError(f"{source}: {err}{known}") from err
     seen: set[str] = set()
     for i, cluster in enumerate(config.clusters):
         if not is_job_id(cluster.name):

@@ -8,6 +8,8 @@ child       what
 ==========  =============================================================================
 nats        ``nats-server -js`` storing under ``<data>/nats`` (records survive restarts)
 observer    the observer of the local cluster ``local`` (objects under ``<data>/local``)
+observer-C  with ``--clusters FILE``: the observer of each of FILE's clusters ``C``
+            (:mod:`dispatch_cli.clusters`), with its backend's poll interval
 supervisor  one replica, ``SUPERVISOR_DELIVER=notifier``
 notifier    the notifier; with no channel configured it writes each escalation to the
             terminal channel, i.e. its log and ``<data>/escalations.log``, which ``up``
@@ -15,6 +17,9 @@ notifier    the notifier; with no channel configured it writes each escalation t
             ``NOTIFIER_SMTP_*`` before ``dispatch up`` to deliver elsewhere)
 api         the HTTP API on ``127.0.0.1:<port>`` with ``<data>/tokens.toml``
 ==========  =============================================================================
+
+The observers, the supervisor and the API read ``<data>/clusters.json``: the local cluster
+and FILE's clusters, written on every start.
 
 Children run in their own sessions (a Ctrl-C reaches ``up`` alone, which stops them in
 reverse order, each within a bounded grace) and die with ``up`` if it is killed
@@ -32,7 +37,6 @@ import ctypes
 import fcntl
 import getpass
 import hashlib
-import json
 import os
 import re
 import signal
@@ -49,6 +53,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final
 
+from dispatch_backends.config import ClusterConfig, LocalCluster, load_clusters, poll_interval_s
+from dispatch_cli.clusters import (
+    BUILTIN,
+    backend_of,
+    builtin_cluster,
+    clusters_document,
+    read_clusters_file,
+)
 from dispatch_cli.errors import CliError
 from dispatch_cli.home import (
     UpState,
@@ -70,7 +82,7 @@ __all__ = [
     "source_root",
 ]
 
-CLUSTER: Final = "local"
+CLUSTER: Final = BUILTIN
 RESTART_BACKOFF_S: Final = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 """Waits before restarting a child that exited on its own: the n-th exit in a row (without
 a healthy minute between) waits the n-th value (the last one from then on)."""
@@ -81,6 +93,10 @@ _SERVICE_GRACE_S: Final = 5.0
 _STOP_WAIT_S: Final = _SERVICE_GRACE_S + 5.0
 _PR_SET_PDEATHSIG: Final = 1
 _DROPPED_PREFIXES: Final = ("API_", "OBSERVER_", "SUPERVISOR_")
+_CLUSTERS_FILE: Final = "clusters.json"
+_OLD_CLUSTERS_FILE: Final = "clusters.toml"
+"""What ``up`` wrote before it took ``--clusters`` (removed when it is ours)."""
+_WRITTEN_MARK: Final = b"# Written by `dispatch up`"
 
 
 class UpError(CliError):
@@ -273,8 +289,9 @@ class Embedded:
         poll_interval_s: float = 0.5,
         kill_wait_s: float = 10.0,
         env: Mapping[str, str] | None = None,
+        clusters_file: Path | None = None,
     ) -> None:
-        """Prepare (not start) the embedded default.
+        """Prepare (not start) the embedded default; read and check ``clusters_file``.
 
         Args:
             data_dir: where everything is kept (see :mod:`dispatch_cli.home`).
@@ -284,6 +301,11 @@ class Embedded:
             poll_interval_s: the observer's poll interval.
             kill_wait_s: the local backend's wait between SIGTERM and SIGKILL of a job.
             env: the environment the children start from (default ``os.environ``).
+            clusters_file: more clusters to serve beside the local one (``--clusters``,
+                see :mod:`dispatch_cli.clusters`).
+
+        Raises:
+            UsageError: ``clusters_file`` is unreadable or invalid (nothing has started).
         """
         self.data_dir = data_dir.expanduser().resolve()
         self.api_port = api_port
@@ -302,6 +324,11 @@ class Embedded:
         self._lock_file: IO[bytes] | None = None
         self._tailer: _Tailer | None = None
         self._tail_lock = threading.Lock()
+        builtin = builtin_cluster(self.data_dir, kill_wait_s=kill_wait_s)
+        extra = () if clusters_file is None else read_clusters_file(clusters_file, builtin=builtin)
+        self.clusters: tuple[ClusterConfig, ...] = (builtin, *extra)
+        """Every cluster served: the local one first, then ``clusters_file``'s."""
+        self.clusters_path = self.data_dir / _CLUSTERS_FILE
 
     # -- start ----------------------------------------------------------------------------------
 
@@ -325,6 +352,7 @@ class Embedded:
                 cluster=CLUSTER,
                 local_data_dir=str(self.local_data_dir),
                 started_at=utcnow(),
+                clusters=tuple(c.name for c in self.clusters),
             )
             write_state(self.data_dir, state)
         except BaseException:
@@ -379,18 +407,29 @@ class Embedded:
                 f'[[tokens]]\nactor = "{actor}"\nkind = "human"\nsha256 = "{digest}"\n'
             ).encode(),
         )
-        clusters = (
-            "# Written by `dispatch up` on every start.\n"
-            "[[clusters]]\n"
-            f'name = "{CLUSTER}"\n'
-            'backend = "local"\n'
-            f"data_dir = {json.dumps(str(self.local_data_dir))}\n"
-            f"kill_wait_s = {self.kill_wait_s}\n"
-            "node_loss_window_s = 60.0\n"
-            "retain_ended_s = 3600.0\n"
-            f"workdir = {json.dumps(str(self.data_dir / 'work'))}\n"
-        )
-        write_private(self.data_dir / "clusters.toml", clusters.encode())
+        self._forgotten_clusters()
+        write_private(self.clusters_path, clusters_document(self.clusters))
+        old = self.data_dir / _OLD_CLUSTERS_FILE
+        with contextlib.suppress(OSError), old.open("rb") as f:
+            if f.read(len(_WRITTEN_MARK)) == _WRITTEN_MARK:
+                old.unlink()
+
+    def _forgotten_clusters(self) -> None:
+        """Say which clusters of the previous start this one doesn't serve (``--clusters`` is
+        not remembered): their jobs are left alone, and the API refuses new ones."""
+        try:
+            before = load_clusters(self.clusters_path).names
+        except ValueError:  # none yet, or not readable: nothing to compare
+            return
+        now = {c.name for c in self.clusters}
+        gone = [name for name in before if name not in now]
+        if gone:
+            self.say(
+                "  note: the last start also served cluster(s) "
+                + ", ".join(repr(n) for n in gone)
+                + "; their jobs are neither observed nor supervised until "
+                "`dispatch up --clusters FILE` names them again"
+            )
 
     def _child_env(self, own: Mapping[str, str]) -> dict[str, str]:
         # The services refuse a variable of their prefix they don't know; API_KEY and the
@@ -409,12 +448,14 @@ class Embedded:
     def _plan_children(self) -> None:
         nats_port, nats_monitor = free_port(), free_port()
         self.nats_url = f"nats://127.0.0.1:{nats_port}"
-        clusters = str(self.data_dir / "clusters.toml")
+        clusters = str(self.clusters_path)
         py = [sys.executable, "-m"]
-        health = {name: free_port() for name in ("observer", "supervisor", "notifier")}
+        health = {name: free_port() for name in ("supervisor", "notifier")}
         grace = str(_SERVICE_GRACE_S)
 
-        def service(name: str, prefix: str, settings: dict[str, str], what: str) -> _Child:
+        def service(
+            name: str, prefix: str, settings: dict[str, str], what: str, *, module: str = ""
+        ) -> _Child:
             own = {
                 f"{prefix}NATS_URL": self.nats_url,
                 f"{prefix}HTTP_HOST": "127.0.0.1",
@@ -426,7 +467,7 @@ class Embedded:
             port = own[f"{prefix}HTTP_PORT"]
             return _Child(
                 name=name,
-                argv=[*py, f"services.{name}"],
+                argv=[*py, f"services.{module or name}"],
                 env=self._child_env(own),
                 log_path=self.logs_dir / f"{name}.log",
                 health_url=f"http://127.0.0.1:{port}/healthz",
@@ -454,19 +495,31 @@ class Embedded:
             health_url=f"http://127.0.0.1:{nats_monitor}/healthz?js-enabled-only=true",
             what=f"nats-server with JetStream ({self.nats_url})",
         )
+
+        def observer(cluster: ClusterConfig) -> _Child:
+            settings = {
+                "CLUSTER": cluster.name,
+                "CLUSTERS_FILE": clusters,
+                "HTTP_PORT": str(free_port()),
+            }
+            # Local clusters are polled at up's pace; other backends at their own default
+            # (a scheduler's controller is not polled twice a second).
+            interval = poll_interval_s(cluster)
+            if isinstance(cluster, LocalCluster):
+                interval = self.poll_interval_s
+                settings["POLL_INTERVAL_S"] = str(interval)
+            return service(
+                _observer_name(cluster.name),
+                "OBSERVER_",
+                settings,
+                f"observer of cluster {cluster.name!r} ({backend_of(cluster)} backend, "
+                f"polled every {interval:g} s)",
+                module="observer",
+            )
+
         self.children = [
             nats,
-            service(
-                "observer",
-                "OBSERVER_",
-                {
-                    "CLUSTER": CLUSTER,
-                    "CLUSTERS_FILE": clusters,
-                    "HTTP_PORT": str(health["observer"]),
-                    "POLL_INTERVAL_S": str(self.poll_interval_s),
-                },
-                f"observer of cluster {CLUSTER!r} (local backend)",
-            ),
+            *(observer(cluster) for cluster in self.clusters),
             service(
                 "supervisor",
                 "SUPERVISOR_",
@@ -593,14 +646,30 @@ class Embedded:
             child.kill()
 
     def live_jobs(self) -> int:
-        """How many objects of the local backend still have a runner (jobs left running)."""
-        objects = self.local_data_dir / "objects"
+        """How many objects of the local clusters still have a runner (jobs left running)."""
         count = 0
-        with contextlib.suppress(OSError):
-            for entry in objects.iterdir():
-                if (entry / "runner.json").exists() and not (entry / "status.json").exists():
-                    count += 1
+        for cluster in self.clusters:
+            if not isinstance(cluster, LocalCluster):
+                continue
+            with contextlib.suppress(OSError):
+                for entry in (Path(cluster.data_dir) / "objects").iterdir():
+                    if (entry / "runner.json").exists() and not (entry / "status.json").exists():
+                        count += 1
         return count
+
+    def cluster_lines(self) -> list[str]:
+        """One line per cluster served: its name, backend, and where its observer logs."""
+        return [
+            f"{c.name} ({backend_of(c)} backend; observer log "
+            f"{self.logs_dir / (_observer_name(c.name) + '.log')})"
+            for c in self.clusters
+        ]
+
+
+def _observer_name(cluster: str) -> str:
+    """The child observing ``cluster``: ``observer`` for the local one (its name before
+    ``--clusters`` existed), else ``observer-<cluster>``."""
+    return "observer" if cluster == BUILTIN else f"observer-{cluster}"
 
 
 def _configured_channels(env: Mapping[str, str]) -> bool:

@@ -5,7 +5,8 @@ The data directory (``--data-dir``, else ``$DISPATCH_DATA_DIR``, else
 
     token            the human token of the API (0600), made once, the same on every restart
     tokens.toml      the API's tokens file (its SHA-256 only: no secret)
-    clusters.toml    the clusters file: one local cluster, ``local``
+    clusters.json    the clusters file: the local cluster ``local``, then those of
+                     ``dispatch up --clusters FILE`` (written on every start)
     up.json          the running ``up``: API address, pid, NATS URL (removed when it stops)
     up.lock          held while an ``up`` runs on this directory
     nats/            the JetStream store (records, statuses, discoveries)
@@ -62,6 +63,7 @@ class UpState(msgspec.Struct, frozen=True, kw_only=True):
         cluster: the local cluster's name.
         local_data_dir: the local backend's data directory (for fault injection).
         started_at: when it was ready.
+        clusters: every cluster it serves, the local one first (``--clusters``).
     """
 
     api: str
@@ -71,6 +73,7 @@ class UpState(msgspec.Struct, frozen=True, kw_only=True):
     cluster: str
     local_data_dir: str
     started_at: datetime
+    clusters: tuple[str, ...] = ()
 
 
 _STATE_DECODER: Final = msgspec.json.Decoder(UpState)

@@ -170,12 +170,21 @@ def cli() -> None:
     "--port", type=click.IntRange(0, 65535), default=8080, show_default=True,
     help="The API's port on 127.0.0.1 (0: any free one).",
 )  # fmt: skip
+@click.option(
+    "--clusters", "clusters_file", metavar="FILE",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also serve the clusters of this clusters file (TOML or JSON, [[clusters]] with "
+    "name, backend and its settings), each with an observer of its own. Not remembered: "
+    "give it on every start.",
+)  # fmt: skip
 @click.option("--verbose", "-v", is_flag=True, help="Also print every service's log lines.")
 @click.option(
     "--json", "as_json", is_flag=True,
     help="Once ready, print one JSON line (api, pid, nats_url, data_dir, ...) and the token.",
 )  # fmt: skip
-def up(data_dir: Path | None, port: int, verbose: bool, as_json: bool) -> int:
+def up(
+    data_dir: Path | None, port: int, clusters_file: Path | None, verbose: bool, as_json: bool
+) -> int:
     """Run dispatch on this machine until Ctrl-C: a private nats-server with JetStream,
     the observer of the local cluster, a supervisor, the notifier and the API, all on
     loopback.
@@ -185,19 +194,32 @@ def up(data_dir: Path | None, port: int, verbose: bool, as_json: bool) -> int:
     printed here (and appended to <data dir>/escalations.log) unless a channel is
     configured with NOTIFIER_* variables (e.g. NOTIFIER_SLACK_URL).
 
+    With --clusters FILE it also serves FILE's clusters (a Slurm cluster, a second local
+    one, ...) beside the local cluster: one observer each (log: <data
+    dir>/logs/observer-<cluster>.log), and the supervisor and the API know them all. FILE
+    is checked before anything starts: an unknown backend or field, a bad value, or a
+    cluster named "local" (the built-in one's name) is refused. Relative paths in FILE are
+    taken from FILE's directory. The option is not remembered: a start without it serves
+    the local cluster alone (and says which clusters it no longer serves).
+
     \b
-    Example:
+    Examples:
       dispatch up --data-dir /tmp/dispatch --port 8080
       # in another terminal, with the two variables it prints:
       export DISPATCH_API=http://127.0.0.1:8080 DISPATCH_TOKEN=...
       dispatch submit examples/local-train.toml --watch
+    \b
+      # with the Slurm test cluster (scripts/slurm-cluster.sh start) as cluster "slurm":
+      dispatch up --clusters examples/slurm/clusters.toml
+      dispatch submit examples/slurm/digits.toml --watch
     """
     from dispatch_cli.embedded import Embedded
 
     data = (data_dir or default_data_dir(os.environ)).expanduser()
     # With --json, stdout has the one JSON line; the progress goes to stderr.
     say = _err if as_json else _echo
-    embedded = Embedded(data, api_port=port, say=say, verbose=verbose)
+    # A bad clusters file is refused here, before anything starts.
+    embedded = Embedded(data, api_port=port, say=say, verbose=verbose, clusters_file=clusters_file)
     stop = threading.Event()
     presses = 0
 
@@ -224,6 +246,9 @@ def up(data_dir: Path | None, port: int, verbose: bool, as_json: bool) -> int:
             )
         say("")
         say(f"dispatch is up. API: {state.api}   token: {embedded.token}")
+        say("  Clusters:")
+        for line in embedded.cluster_lines():
+            say(f"    {line}")
         say("  Use it from another shell:")
         say(f"    export DISPATCH_API={state.api} DISPATCH_TOKEN={embedded.token}")
         say("    dispatch submit examples/local-train.toml --watch")

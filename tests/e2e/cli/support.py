@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final, TypeVar
@@ -110,8 +110,12 @@ def eventually(check: Callable[[], T], *, timeout_s: float = 30.0, interval_s: f
 class Up:
     """One ``dispatch up`` on its own data directory (see the module docstring)."""
 
-    def __init__(self, data_dir: Path, *, port: int | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, *, port: int | None = None, args: Sequence[str] = ()
+    ) -> None:
         self.data_dir = data_dir
+        self.args = tuple(args)
+        """More arguments of ``dispatch up`` (e.g. ``--clusters FILE``)."""
         self.port = port or free_port()
         self.api = f"http://127.0.0.1:{self.port}"
         self.output_path = data_dir.parent / f"{data_dir.name}-up.out"
@@ -154,6 +158,7 @@ class Up:
                 str(self.data_dir),
                 "--port",
                 str(self.port),
+                *self.args,
             ],
             # A user's environment often has an unrelated API_KEY: up must not hand it to
             # the API service (which refuses API_* variables it doesn't know).
