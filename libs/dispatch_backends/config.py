@@ -159,7 +159,6 @@ class ClustersConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         return tuple(c.name for c in self.clusters)
 
 
-_DECODER: Final = msgspec.json.Decoder(ClustersConfig)
 _BACKEND_KINDS: Final = tuple(
     str(kind.__struct_config__.tag) for kind in (LocalCluster, SlurmCluster, KubeflowCluster)
 )
