@@ -48,14 +48,19 @@ def load_data(seed: int) -> tuple[torch.Tensor, torch.Tensor, str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Train; return the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=12)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--epochs", type=int, default=12, help="epochs to train in all")
     parser.add_argument("--epoch-s", type=float, default=0.0, help="least seconds per epoch")
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch", type=int, default=64, help="examples per step")
+    parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the data split and order")
     parser.add_argument(
-        "--root", default=os.environ.get("DISPATCH_CHECKPOINT"), help="checkpoint root"
+        "--root",
+        default=os.environ.get("DISPATCH_CHECKPOINT"),
+        help="checkpoint root (dispatch sets DISPATCH_CHECKPOINT; none: no checkpoints)",
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # a tiny model: one thread is fastest and leaves a core free
@@ -78,12 +83,14 @@ def main(argv: list[str] | None = None) -> int:
 
     ckpts = TorchCheckpoints(args.root) if args.root else None
     start_epoch, step = 0, 0
+    loss_value = float("nan")  # the last epoch's mean training loss (saved with each checkpoint)
     resumed = ckpts.load_latest() if ckpts is not None else None
     if resumed is not None:
         state: dict[str, Any] = resumed.state
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start_epoch, step = int(state["epoch"]), int(state["step"])
+        loss_value = float(state.get("loss", float("nan")))
         print(
             f"resumed from checkpoint step {step} (after epoch {start_epoch}, published "
             f"with DISPATCH_EPOCH {resumed.publication.epoch})"
@@ -99,7 +106,11 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_sigterm)
 
-    loss_value = accuracy = float("nan")
+    def test_accuracy() -> float:
+        model.eval()
+        with torch.no_grad():
+            return float((model(test_x).argmax(1) == test_y).float().mean())
+
     for epoch in range(start_epoch, args.epochs):
         began = time.monotonic()
         model.train()
@@ -113,12 +124,10 @@ def main(argv: list[str] | None = None) -> int:
             loss.backward()
             optimizer.step()
             step += 1
-            total += float(loss)
+            total += loss.item()
             batches += 1
         loss_value = total / batches
-        model.eval()
-        with torch.no_grad():
-            accuracy = float((model(test_x).argmax(1) == test_y).float().mean())
+        accuracy = test_accuracy()
         note = ""
         if ckpts is not None:
             state = {
@@ -126,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                 "optimizer": optimizer.state_dict(),
                 "epoch": epoch + 1,
                 "step": step,
+                "loss": loss_value,
             }
             ckpts.save(state, step)
             note = f"  checkpoint step {step} published"
@@ -134,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
             f"test accuracy {accuracy:.3f}{note}"
         )
         time.sleep(max(0.0, args.epoch_s - (time.monotonic() - began)))
+    if start_epoch >= args.epochs:
+        print("the checkpoint already holds every epoch: nothing left to train")
+    accuracy = test_accuracy()
     print(f"done: final loss {loss_value:.4f}  test accuracy {accuracy:.3f}  after {step} steps")
     return 0
 
