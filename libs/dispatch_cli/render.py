@@ -22,6 +22,7 @@ from dispatch_core import (
     ExecutionEnded,
     GateOpened,
     GaveUp,
+    HoldKind,
     HoldPlaced,
     HoldReleased,
     HoldView,
@@ -47,6 +48,8 @@ __all__ = [
     "cause_text",
     "escalations_table",
     "event_line",
+    "hold_answers",
+    "hold_lines",
     "hold_text",
     "jobs_table",
     "plan_lines",
@@ -103,6 +106,49 @@ def hold_text(hold: HoldView | None) -> str:
     text = f"{hold.kind.value} hold #{hold.instance} by {hold.by.name}: {hold.reason}"
     text += f" (until {when(hold.deadline)}{', OVERDUE' if hold.overdue else ''})"
     return text
+
+
+_REASON = '--reason "..."'
+
+
+def hold_answers(job_id: str, kind: HoldKind) -> list[tuple[str, str]]:
+    """The commands that answer a hold of ``kind``, each with what it does (seed 002,
+    ``overdue:<instance>``): an actor hold is released; a recovery hold, which release
+    can't lift, is resubmitted, cancelled or given up."""
+    match kind:
+        case HoldKind.ACTOR:
+            return [(f"dispatch release {job_id} {_REASON}", "let it run again")]
+        case HoldKind.RECOVERY:
+            return [
+                (f"dispatch resubmit {job_id} {_REASON}", "run a new submission"),
+                (f"dispatch cancel {job_id} {_REASON}", "cancel the job"),
+                (f"dispatch give-up {job_id} {_REASON}", "fail it with the cause that ended it"),
+            ]
+        case _:
+            assert_never(kind)
+
+
+def hold_lines(job_id: str, hold: HoldView, *, width: int = 8) -> list[str]:
+    """What a person reads about a hold in force: for a recovery hold the cause that ended
+    the execution, in the scheduler's or the application's words (an exit code, Slurm's
+    ``FAILED 7:0``), then the commands that answer it; each line a label padded to ``width``
+    and its text."""
+    pairs = []
+    if hold.cause is not None:
+        pairs.append(("ended by", cause_text(hold.cause)))
+    for i, (command, does) in enumerate(hold_answers(job_id, hold.kind)):
+        pairs.append(("answer" if i == 0 else "", f"{command}  ({does})"))
+    return [f"{label:<{width}}  {text}" for label, text in pairs]
+
+
+def _hold_brief(hold: HoldView) -> str:
+    """The hold in a few words: its kind, and the cause that ended the execution."""
+    text = hold.kind.value
+    if hold.cause is not None:
+        text += f" on {hold.cause.kind.value}"
+        if hold.cause.exit_code is not None:
+            text += f" (exit {hold.cause.exit_code})"
+    return text + (" (overdue)" if hold.overdue else "")
 
 
 def plan_lines(plan: Plan) -> list[str]:
@@ -176,9 +222,7 @@ def jobs_table(jobs: Sequence[JobSummary]) -> str:
     """``dispatch status``: one row per job."""
     rows = []
     for job in jobs:
-        hold = "-"
-        if job.hold is not None:
-            hold = job.hold.kind.value + (" (overdue)" if job.hold.overdue else "")
+        hold = "-" if job.hold is None else _hold_brief(job.hold)
         rows.append(
             [
                 job.job_id,
@@ -193,11 +237,27 @@ def jobs_table(jobs: Sequence[JobSummary]) -> str:
     return table(["JOB", "STATE", "CAUSE", "SUB", "HOLD", "SETTLED", ""], rows)
 
 
-def answer_hint(job_id: str, escalation_id: str, *, cluster: str | None = None) -> str:
-    """The command that answers an escalation (seed 002, "Answer it by its id")."""
+def answer_hint(
+    job_id: str,
+    escalation_id: str,
+    *,
+    cluster: str | None = None,
+    hold: HoldView | None = None,
+) -> str:
+    """The command that answers an escalation (seed 002, "Answer it by its id").
+
+    Args:
+        job_id: the job.
+        escalation_id: the escalation's id; its prefix says what happened.
+        cluster: the job's cluster (names a foreign object).
+        hold: the hold in force: an ``overdue`` escalation of it gets the commands of its kind
+            alone.
+    """
     prefix, _, rest = escalation_id.partition(":")
-    r = '--reason "..."'
+    r = _REASON
     match prefix:
+        case "overdue" if hold is not None and rest == str(hold.instance):
+            return "; or ".join(command for command, _ in hold_answers(job_id, hold.kind))
         case "overdue":
             return (
                 f"dispatch release {job_id} {r} (an actor hold); for a recovery hold: "
@@ -319,6 +379,8 @@ def status_detail(
     objects = ", ".join(f"{o.cluster}/{o.id}" for o in status.objects) or "-"
     lines.append(f"  objects     {objects}")
     lines.append(f"  hold        {hold_text(status.hold)}")
+    if status.hold is not None:
+        lines.extend(f"  {line}" for line in hold_lines(status.job_id, status.hold, width=10))
     if status.supersedes:
         lines.append(f"  supersedes  {status.supersedes}")
     if status.superseded_by:
@@ -334,7 +396,8 @@ def status_detail(
         for e in escalations:
             state = "delivered" if e.delivered is not None else "UNDELIVERED"
             lines.append(f"  {when(e.at)}  {e.id}  [{state}]  {e.detail}")
-            lines.append(f"      answer: {answer_hint(status.job_id, e.id, cluster=cluster)}")
+            hint = answer_hint(status.job_id, e.id, cluster=cluster, hold=status.hold)
+            lines.append(f"      answer: {hint}")
     else:
         lines.append("  none")
     return "\n".join(lines)

@@ -6,6 +6,10 @@ transition the stream skipped (the status stream keeps one Status per job: one r
 within milliseconds can be skipped) is still shown, from the record, marked as such:
 nothing committed is lost from view. The stream is resumed with ``Last-Event-ID`` when it
 ends before the job settles (the API restarted), for up to ``reconnect_s`` seconds.
+
+When a hold is placed, the line is followed, once per hold, by what ended the execution (a
+recovery hold's cause, with the exit code or the scheduler's words) and the commands that
+answer the hold: nothing else tells the person, since a hold escalates only when overdue.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import msgspec
 
 from dispatch_cli.client import ApiClient
 from dispatch_cli.errors import CliError, Unreachable
-from dispatch_cli.render import status_line, transition_line
+from dispatch_cli.render import hold_lines, status_line, transition_line
 from dispatch_core import State, Status, Transition
 
 __all__ = ["MISSED_NOTE", "Watcher"]
@@ -80,6 +84,7 @@ class Watcher:
         self.received: list[Status] = []
         self._history_seen: int | None = None
         self._last_key: tuple[object, ...] | None = None
+        self._holds_shown: set[int] = set()
 
     def run(self) -> Status:
         """Watch until the job settles; return its settled Status.
@@ -146,6 +151,11 @@ class Watcher:
         if key != self._last_key:
             self.emit(status_line(status))
             self._last_key = key
+        hold = status.hold
+        if hold is not None and hold.instance not in self._holds_shown:
+            self._holds_shown.add(hold.instance)
+            for line in hold_lines(status.job_id, hold):
+                self.emit(f"  {line}")
 
 
 def _is_live(status: Status, last: tuple[Transition, ...]) -> bool:

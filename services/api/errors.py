@@ -10,7 +10,10 @@ field at fault, as a path (``spec.cluster``, ``policy.rules[0].on``), or the hea
 from __future__ import annotations
 
 import re
-from typing import ClassVar, Final
+from collections.abc import Iterator
+from typing import Any, ClassVar, Final
+
+import msgspec
 
 __all__ = [
     "ApiError",
@@ -21,6 +24,7 @@ __all__ = [
     "RefusedCommand",
     "StoreDown",
     "Unauthorized",
+    "accepted_values",
     "field_of",
 ]
 
@@ -120,3 +124,78 @@ def field_of(message: str) -> str | None:
         path = f"{path}.{named['name']}"
     path = path.removeprefix(".")
     return path or None
+
+
+_ENUM: Final = re.compile(
+    r"^Invalid enum value .* - at (?:`(?P<key>key)` in )?`\$(?P<path>[^`]*)`$", re.DOTALL
+)
+_STEP: Final = re.compile(r"\.(?P<name>[^.\[]+)|\[(?P<index>[^\]]*)\]")
+
+
+def accepted_values(message: str, root: Any) -> tuple[str, ...] | None:
+    """Return the values an enum field accepts, when ``message`` is msgspec's refusal of a
+    value it doesn't have (``Invalid enum value 'preemptd' - at `$.policy.rules[0].on[0]```).
+
+    msgspec names the path but not the values; the field's type, found by following the path
+    from ``root`` (the type that was decoded) through structs, collections, dicts and unions,
+    has them: an ``Enum``'s values (the names on the wire) or a ``Literal``'s.
+
+    Args:
+        message: the ``ValidationError``'s message.
+        root: the type decoded.
+
+    Returns:
+        The accepted values, in the type's order; ``None`` when the message isn't about an
+        enum value, or the path doesn't lead to exactly one enum.
+    """
+    match = _ENUM.match(message)
+    if match is None:
+        return None
+    types: list[msgspec.inspect.Type] = [msgspec.inspect.type_info(root)]
+    for step in _STEP.finditer(match["path"]):
+        types = [t for parent in types for t in _step(parent, step["name"], step["index"])]
+    if match["key"]:
+        types = [
+            t.key_type
+            for parent in types
+            for t in _members(parent)
+            if isinstance(t, msgspec.inspect.DictType)
+        ]
+    found = {values for t in types for m in _members(t) if (values := _values(m)) is not None}
+    return found.pop() if len(found) == 1 else None
+
+
+def _members(t: msgspec.inspect.Type) -> Iterator[msgspec.inspect.Type]:
+    """``t`` without its constraints, and each member of a union."""
+    while isinstance(t, msgspec.inspect.Metadata):
+        t = t.type
+    if isinstance(t, msgspec.inspect.UnionType):
+        for member in t.types:
+            yield from _members(member)
+    else:
+        yield t
+
+
+def _step(
+    t: msgspec.inspect.Type, name: str | None, index: str | None
+) -> Iterator[msgspec.inspect.Type]:
+    """The types one step of a msgspec error path (``.name`` or ``[i]``) leads to from ``t``."""
+    for m in _members(t):
+        if name is not None:
+            fields = getattr(m, "fields", ())
+            yield from (f.type for f in fields if f.encode_name == name)
+        elif isinstance(m, msgspec.inspect.CollectionType):
+            yield m.item_type
+        elif isinstance(m, msgspec.inspect.TupleType) and (index or "").isdigit():
+            if int(index or 0) < len(m.item_types):
+                yield m.item_types[int(index or 0)]
+        elif isinstance(m, msgspec.inspect.DictType):
+            yield m.value_type
+
+
+def _values(t: msgspec.inspect.Type) -> tuple[str, ...] | None:
+    if isinstance(t, msgspec.inspect.EnumType):
+        return tuple(str(member.value) for member in t.cls)
+    if isinstance(t, msgspec.inspect.LiteralType):
+        return tuple(str(value) for value in t.values)
+    return None

@@ -69,6 +69,7 @@ from services.api.errors import (
     Forbidden,
     NotFound,
     RefusedCommand,
+    accepted_values,
 )
 from services.api.metrics import ApiMetrics
 from services.api.schemas import (
@@ -117,6 +118,29 @@ class _Folded(NamedTuple):
 
     job: Job
     bases: frozenset[str]
+
+
+def _decode_body(type_: type[T], body: bytes) -> T:
+    """``decode_body``, whose 400 for a value an enum field doesn't have also lists the
+    values it does (msgspec's message names only the path).
+
+    Raises:
+        BadRequest: as ``decode_body``.
+    """
+    try:
+        return decode_body(type_, body)
+    except BadRequest as err:
+        refused = err.__cause__
+        values = None
+        if isinstance(refused, msgspec.ValidationError):
+            values = accepted_values(str(refused), type_)
+        if values is None:
+            raise
+        raise BadRequest(
+            f"{err.message}; accepted values: {', '.join(values)}",
+            code=err.code,
+            field=err.field,
+        ) from refused
 
 
 def _base_of(msg_id: str | None) -> str | None:
@@ -421,7 +445,7 @@ class Operations:
         return await self._counted("submit", self._submit(actor, body, key))
 
     async def _submit(self, actor: CoreActor, body: bytes, key: str | None) -> SubmitResponse:
-        req = decode_body(SubmitRequest, body)
+        req = _decode_body(SubmitRequest, body)
         check_spec(req.spec)
         declarations = self._declarations.get(req.spec.cluster)
         if declarations is None:
@@ -522,7 +546,7 @@ class Operations:
             raise NotFound(f"no command {name!r}; commands: {', '.join(COMMAND_REQUESTS)}")
         if not is_job_id(job_id):
             raise NotFound(f"no job {job_id!r}: not a job id")
-        req = decode_body(request_type, body)
+        req = _decode_body(request_type, body)
         if name == "abandon" and actor.kind is not ActorKind.HUMAN:
             raise Forbidden(f"only a human may abandon; {actor.name} is a {actor.kind} actor")
         raw: dict[str, Any] = msgspec.json.decode(body) if body.strip() else {}

@@ -265,6 +265,9 @@ def test_hold_release_and_what_is_refused_on_a_running_job(up: Up, job_file: Job
     assert held.code == 0, str(held)
     hold = held.json()["status"]["hold"]
     assert (hold["kind"], hold["reason"]) == ("actor", "node maintenance")
+    detail = up.dispatch("status", job)
+    assert f'  answer      dispatch release {job} --reason "..."' in detail.out, detail.out
+    assert "dispatch give-up" not in detail.out, detail.out
     text = up.dispatch("release", job, "--reason", "maintenance done")
     assert text.code == 0, str(text)
     assert f"release: committed to job {job}" in text.out
@@ -303,8 +306,10 @@ def test_hold_release_and_what_is_refused_on_a_running_job(up: Up, job_file: Job
 
 
 def test_a_recovery_hold_is_answered_by_resubmit_and_give_up(up: Up, job_file: JobFile) -> None:
-    """A hold rule holds the job after it exits non-zero: release is refused (a recovery
-    hold), resubmit runs a new submission, give-up fails the job with the ending cause."""
+    """A hold rule holds the job after it exits non-zero: ``status`` and ``watch`` show the
+    exit code that ended it and the commands that answer the hold (no escalation says so
+    before the hold is overdue); release is refused (a recovery hold), resubmit runs a new
+    submission, give-up fails the job with the ending cause."""
     rules = [{"on": ["non-zero-exit"], "action": "hold"}]
     job = submitted(up, job_file("exit 4", rules=rules, name="held"))
 
@@ -312,6 +317,22 @@ def test_a_recovery_hold_is_answered_by_resubmit_and_give_up(up: Up, job_file: J
         return status["state"] == "held" and (status["hold"] or {}).get("kind") == "recovery"
 
     up.wait_status(job, recovery_held)
+    answers = [
+        f'dispatch resubmit {job} --reason "..."',
+        f'dispatch cancel {job} --reason "..."',
+        f'dispatch give-up {job} --reason "..."',
+    ]
+    detail = up.dispatch("status", job)
+    assert detail.code == 0, str(detail)
+    assert '  ended by    non-zero-exit: "exit code 4" (application)' in detail.out, detail.out
+    assert f"  answer      {answers[0]}" in detail.out, detail.out
+    for answer in answers:
+        assert answer in detail.out, detail.out
+    assert "dispatch release" not in detail.out, detail.out
+    listing = up.dispatch("status")
+    (row,) = [line for line in listing.out.splitlines() if line.startswith(job)]
+    assert "recovery on non-zero-exit (exit 4)" in row, listing.out
+
     refused = up.dispatch("release", job, "--reason", "let it run")
     assert refused.code == 6, str(refused)
 
@@ -319,10 +340,20 @@ def test_a_recovery_hold_is_answered_by_resubmit_and_give_up(up: Up, job_file: J
     assert resubmitted.code == 0, str(resubmitted)
     up.wait_status(job, lambda s: recovery_held(s) and s["submission"] == 2)
 
-    gave_up = up.dispatch("give-up", job, "--reason", "fails every time")
-    assert gave_up.code == 0, str(gave_up)
+    cmd = [sys.executable, "-m", "dispatch_cli", "watch", job]
+    with subprocess.Popen(cmd, env=up.env(), stdout=subprocess.PIPE, text=True) as watching:
+        assert watching.stdout is not None
+        for line in watching.stdout:  # the held line, then the hint, once
+            if "dispatch give-up" in line:
+                break
+        gave_up = up.dispatch("give-up", job, "--reason", "fails every time")
+        assert gave_up.code == 0, str(gave_up)
+        rest, _ = watching.communicate(timeout=120)
+    assert watching.returncode == 8, rest
     final = up.wait_status(job, lambda s: s["settled"])
     assert (final["state"], final["cause"]["kind"]) == ("failed", "non-zero-exit")
+    assert "ended by" not in rest, f"the hint shown again: {rest}"
+    assert "dispatch give-up" not in rest, f"the hint shown again: {rest}"
 
 
 def test_emergency_stop_cancels_a_running_job(up: Up, job_file: JobFile) -> None:

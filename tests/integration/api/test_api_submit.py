@@ -3,11 +3,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+import enum
+from typing import Any, Literal
 
+import msgspec
 import pytest
 
-from dispatch_core import ActorKind, JobCreated, is_job_id
+from dispatch_core import (
+    Action,
+    ActorKind,
+    CauseKind,
+    JobCreated,
+    UnknownLaunchPolicy,
+    is_job_id,
+)
+from services.api.errors import accepted_values
 from tests.integration.api.support import HOLD_ON_PREEMPTION, SERVICE_TOKEN, SPEC, Api
 
 pytestmark = pytest.mark.integration
@@ -135,6 +145,75 @@ async def test_a_malformed_body_is_400_naming_the_field(
     assert reply.error["field"] == field
     assert reply.error["message"]
     assert await api.records.list_jobs() == []
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "accepted"),
+    [
+        (
+            {"spec": SPEC, "policy": {"rules": [{"on": ["preemptd"], "action": "hold"}]}},
+            "policy.rules[0].on[0]",
+            [k.value for k in CauseKind],
+        ),
+        (
+            {"spec": SPEC, "policy": {"rules": [{"on": ["preempted"], "action": "hld"}]}},
+            "policy.rules[0].action",
+            [a.value for a in Action],
+        ),
+        (
+            {"spec": {**SPEC, "on_unknown_launch": "retry"}},
+            "spec.on_unknown_launch",
+            [p.value for p in UnknownLaunchPolicy],
+        ),
+    ],
+)
+async def test_an_invalid_enum_value_is_400_listing_the_accepted_values(
+    api: Api, body: dict[str, Any], field: str, accepted: list[str]
+) -> None:
+    """msgspec names the path of a value an enum doesn't have; the 400 also says which
+    values the field accepts, whichever enum it is."""
+    reply = await api.call("POST", "/v1/jobs", body=body)
+    assert reply.status == 400, reply.text
+    assert reply.error["code"] == "invalid"
+    assert reply.error["field"] == field
+    assert reply.error["message"].endswith("; accepted values: " + ", ".join(accepted))
+    assert f"at `$.{field}`" in reply.error["message"]
+
+
+async def test_only_an_invalid_enum_value_lists_accepted_values(api: Api) -> None:
+    reply = await api.call("POST", "/v1/jobs", body={"spec": SPEC, "job_id": "Not_An_Id"})
+    assert reply.status == 400, reply.text
+    assert "accepted values" not in reply.error["message"]
+
+
+class _Kind(enum.Enum):
+    A = "a"
+    B = "b"
+
+
+class _Nested(msgspec.Struct, frozen=True, kw_only=True):
+    by_kind: dict[_Kind, int] = msgspec.field(default_factory=dict)
+    kinds: dict[str, tuple[_Kind, ...]] = msgspec.field(default_factory=dict)
+    mode: Literal["fast", "slow"] | None = None
+    pair: tuple[int, _Kind] | None = None
+
+
+@pytest.mark.parametrize(
+    ("data", "accepted"),
+    [
+        (b'{"by_kind": {"c": 1}}', ("a", "b")),
+        (b'{"kinds": {"x": ["a", "c"]}}', ("a", "b")),
+        (b'{"mode": "medium"}', ("fast", "slow")),
+        (b'{"pair": [1, "c"]}', ("a", "b")),
+        (b'{"pair": ["x", "a"]}', None),
+    ],
+)
+def test_accepted_values_follow_the_path_through_any_type(
+    data: bytes, accepted: tuple[str, ...] | None
+) -> None:
+    with pytest.raises(msgspec.ValidationError) as refused:
+        msgspec.json.decode(data, type=_Nested)
+    assert accepted_values(str(refused.value), _Nested) == accepted
 
 
 @pytest.mark.parametrize("data", [b"", b"{", b"[1, 2]", b"null", b"\xff\xfe"])
