@@ -10,7 +10,7 @@ and optionally ``name`` (the prefix of the job id the API makes), ``job_id`` and
     [spec]
     cluster = "local"
     command = ["python", "examples/local/train.py", "--epochs", "20"]
-    checkpoint = "/tmp/dispatch-ckpt/digits"     # DISPATCH_CHECKPOINT of every execution
+    checkpoint = "/tmp/dispatch-examples/digits/{job}"   # DISPATCH_CHECKPOINT; {job}: job id
     options = { time = "30:00" }                  # Slurm's time format, on every backend
     env = { PYTHONUNBUFFERED = "1" }
 
@@ -24,6 +24,10 @@ and optionally ``name`` (the prefix of the job id the API makes), ``job_id`` and
     action = "hold"
 
 The API checks it and names the field at fault (``spec.cluster``, ``policy.rules[1].on``).
+Each ``{job}`` in ``spec.checkpoint`` is replaced by the job's id when the job is created
+(like Slurm's ``%j``; the file is sent as written), so every submission of one file gets a
+checkpoint root of its own; ``dispatch supersede`` continues a finished job in the old
+job's root.
 
 **A batch script** (a file whose first line is ``#!`` or that has ``#SBATCH`` lines): the
 spec is ``{"cluster": --cluster, "script": <the file>}`` (the Slurm backend keeps its

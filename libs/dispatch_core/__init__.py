@@ -31,6 +31,7 @@ from dispatch_core.commands import (
 )
 from dispatch_core.constants import (
     CESSATION_INTERVAL_S,
+    JOB_PLACEHOLDER,
     MAX_HOLD_FOR_S,
     SHARED_HOLD_FOR_S,
     SUPERVISOR,
@@ -159,6 +160,7 @@ __all__ = [
     "CESSATION_INTERVAL_S",
     "COVERABLE_CAUSES",
     "JOB_ID_PATTERN",
+    "JOB_PLACEHOLDER",
     "MAX_EPOCH",
     "MAX_GENERATION",
     "MAX_HOLD_FOR_S",

@@ -8,6 +8,7 @@ from dispatch_core.state import Actor, ActorKind
 
 __all__ = [
     "CESSATION_INTERVAL_S",
+    "JOB_PLACEHOLDER",
     "MAX_HOLD_FOR_S",
     "SHARED_HOLD_FOR_S",
     "SUPERVISOR",
@@ -24,6 +25,11 @@ stands: a minute (seed 004, ``dispatch.CessationInterval``)."""
 MAX_HOLD_FOR_S: Final = 100 * 365 * 86400.0
 """The longest hold, in seconds (100 years): a deadline past the year 9999 can't be computed,
 so ``validate`` and ``decide`` refuse a longer one rather than fail in the planner."""
+
+JOB_PLACEHOLDER: Final = "{job}"
+"""The token in ``JobSpec.checkpoint`` that ``decide`` replaces with the job's id when it
+creates the job (like Slurm's ``%j`` in ``--output``), so one job file gives every job a root
+of its own."""
 
 SUPERVISOR: Final = Actor(name="dispatch-supervisor", kind=ActorKind.SERVICE)
 """The actor of everything the supervisor decides: recovery holds, cessation releases."""

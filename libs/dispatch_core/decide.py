@@ -12,6 +12,8 @@ import math
 from datetime import datetime, timedelta
 from typing import assert_never
 
+import msgspec
+
 from dispatch_core.commands import (
     Abandon,
     Cancel,
@@ -25,7 +27,7 @@ from dispatch_core.commands import (
     Submit,
     Supersede,
 )
-from dispatch_core.constants import MAX_HOLD_FOR_S
+from dispatch_core.constants import JOB_PLACEHOLDER, MAX_HOLD_FOR_S
 from dispatch_core.epoch import MAX_GENERATION
 from dispatch_core.errors import Refused
 from dispatch_core.events import (
@@ -49,6 +51,7 @@ from dispatch_core.state import (
     Cause,
     CauseKind,
     HoldKind,
+    JobSpec,
     Provenance,
     State,
     is_job_id,
@@ -77,7 +80,9 @@ def decide(
             ``job`` is ``None`` (``Submit`` carries its own).
 
     Returns:
-        The events to append, in order. For ``Supersede``: the new job's ``JobCreated``, then
+        The events to append, in order. For ``Submit``: the ``JobCreated``, whose spec has
+        each ``{job}`` of ``checkpoint`` replaced by the job's id. For ``Supersede``: the new
+        job's ``JobCreated`` (the old job's spec as recorded), then
         the old job's ``Superseded``; each carries its own ``job_id``. Append the old job's
         ``Superseded`` first, with optimistic concurrency on the old record, so that two racing
         supersedes can't both win; then create the new record (a retry after a crash between
@@ -135,8 +140,19 @@ def _no_outcome(job: Job, command: Command, then: str) -> None:
         )
 
 
+def _concrete(spec: JobSpec, job_id: str) -> JobSpec:
+    """The spec with each ``{job}`` of its checkpoint root replaced by the job's id; nothing
+    else in it changes (other braces stay as they are)."""
+    if spec.checkpoint is None or JOB_PLACEHOLDER not in spec.checkpoint:
+        return spec
+    return msgspec.structs.replace(
+        spec, checkpoint=spec.checkpoint.replace(JOB_PLACEHOLDER, job_id)
+    )
+
+
 def _submit(job: Job | None, command: Submit, now: datetime) -> tuple[JobEvent, ...]:
-    """Create a job: validate the policy, make the plan, open the record."""
+    """Create a job: validate the policy, make the plan, open the record with the spec made
+    concrete (``{job}`` in the checkpoint root becomes the job's id, once, here)."""
     if job is not None:
         raise Refused(
             command.job_id,
@@ -147,13 +163,14 @@ def _submit(job: Job | None, command: Submit, now: datetime) -> tuple[JobEvent, 
         raise Refused(
             command.job_id, "submit", f"{command.job_id!r} is not a job id: {_JOB_ID_RULE}"
         )
-    validate_spec(command.spec)
-    plan = make_plan(command.spec, command.policy, command.declarations)
+    spec = _concrete(command.spec, command.job_id)
+    validate_spec(spec)
+    plan = make_plan(spec, command.policy, command.declarations)
     return (
         JobCreated(
             job_id=command.job_id,
             at=now,
-            spec=command.spec,
+            spec=spec,
             policy=command.policy,
             plan=plan,
             declarations=command.declarations,
@@ -389,7 +406,12 @@ def _abandon(job: Job, command: Abandon, now: datetime) -> tuple[JobEvent, ...]:
 
 
 def _supersede(job: Job, command: Supersede, now: datetime) -> tuple[JobEvent, ...]:
-    """Create a new job from one with an outcome: same spec, generation + 1 (seed 002)."""
+    """Create a new job from one with an outcome: same spec, generation + 1 (seed 002).
+
+    The spec is the old job's as recorded, its checkpoint root already concrete (``{job}``
+    became the old job's id at its creation), so the new job resumes from the old one's
+    publications, and its saves outrank them (a higher generation).
+    """
     if job.outcome is None:
         raise _refuse(
             job,

@@ -364,8 +364,13 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
         script: a batch script (Slurm: its ``#SBATCH`` lines are kept), or empty.
         options: backend options, by name (e.g. Slurm ``partition``, ``time``).
         env: environment variables for the job.
-        checkpoint: the checkpoint root passed through to the job; dispatch never reads it
-            (seed 004, "Limits").
+        checkpoint: the checkpoint root passed through to the job as
+            ``DISPATCH_CHECKPOINT``; dispatch never reads it (seed 004, "Limits"). Each
+            ``{job}`` in it stands for the job's id and is replaced once, when the job is
+            created (like Slurm's ``%j``): ``/ckpt/{job}`` gives every job submitted from one
+            file a root of its own, and the record holds the concrete root. No other brace
+            is special. A superseding job keeps the old job's concrete root, so it continues
+            from the old job's checkpoints.
         extensions: job extensions (:class:`SharedCheckpoint`).
         unresolved_age_s: seconds a launch may stay unknown before it is escalated
             (seed 002, default 10 minutes).

@@ -21,14 +21,24 @@ from dispatch_cli.jobfile import PolicyFlags, build_submission, parse_causes
 from dispatch_cli.main import main, parse_duration
 from dispatch_cli.watching import MISSED_NOTE, Watcher
 from dispatch_core import (
+    JOB_PLACEHOLDER,
+    Action,
+    Actor,
+    ActorKind,
     Cause,
     CauseKind,
+    Declarations,
+    JobCreated,
     Level,
     Provenance,
     State,
     Status,
+    Submit,
     Transition,
+    decide,
 )
+from services.api.schemas import SubmitRequest, check_spec, decode_body
+from tests.e2e.cli.support import REPO
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -110,6 +120,55 @@ def test_flags_and_files_that_make_no_sense_are_usage_errors(tmp_path: Path) -> 
     bad.write_text("[1, 2]")
     with pytest.raises(UsageError, match="a job file is a table"):
         build(bad)
+
+
+EXAMPLE_JOB_FILES = sorted(
+    path.relative_to(REPO).as_posix()
+    for path in (REPO / "examples").rglob("*.toml")
+    if path.name not in ("clusters.toml", "policy.toml")
+)
+"""Every job file under examples/ (``clusters.toml`` is a clusters file, ``policy.toml`` a
+policy file)."""
+
+
+def test_the_job_files_the_readmes_name_are_among_the_examples() -> None:
+    assert {
+        "examples/local-train.toml",
+        "examples/slurm-train.toml",
+        "examples/slurm/digits-requeue.toml",
+        "examples/slurm/digits.toml",
+    } <= set(EXAMPLE_JOB_FILES)
+
+
+@pytest.mark.parametrize("name", EXAMPLE_JOB_FILES)
+def test_an_example_job_file_is_accepted_and_gives_each_job_its_own_root(name: str) -> None:
+    """The body ``dispatch submit`` sends decodes as the API's ``SubmitRequest`` and passes
+    its checks; ``decide`` accepts it, and the recorded checkpoint root is the job's own
+    (``{job}`` replaced by the job id), so two submissions of the file never share one."""
+    body = build(REPO / name)
+    request = decode_body(SubmitRequest, msgspec.json.encode(body))
+    check_spec(request.spec)
+    assert request.spec.checkpoint is not None
+    assert request.spec.checkpoint.endswith("/" + JOB_PLACEHOLDER), request.spec.checkpoint
+    native = frozenset({Action.REQUEUE}) if request.spec.cluster == "slurm" else frozenset()
+    roots = []
+    for job_id in (f"{request.name}-a1b2c3d4", f"{request.name}-e5f6a7b8"):
+        (created,) = decide(
+            None,
+            Submit(
+                by=Actor(name="alice", kind=ActorKind.HUMAN),
+                job_id=job_id,
+                spec=request.spec,
+                policy=request.policy,
+                declarations=Declarations(node_loss_window_s=60.0, native_actions=native),
+            ),
+            T0,
+        )
+        assert isinstance(created, JobCreated)
+        assert created.plan.rules, "the example has recovery rules"
+        assert created.spec.checkpoint == request.spec.checkpoint.replace(JOB_PLACEHOLDER, job_id)
+        roots.append(created.spec.checkpoint)
+    assert roots[0] != roots[1]
 
 
 @pytest.mark.parametrize(

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import msgspec
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from dispatch_core import (
+    JOB_PLACEHOLDER,
     SUPERVISOR,
     Abandon,
     Abandoned,
@@ -57,7 +60,7 @@ from dispatch_core import (
     fold,
     project,
 )
-from tests.unit.core.strategies import Record, commands, records
+from tests.unit.core.strategies import Record, commands, job_ids, records
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ALICE = Actor(name="alice", kind=ActorKind.HUMAN)
@@ -180,6 +183,80 @@ def test_submit_with_an_illegal_policy_raises_invalid_policy() -> None:
             ),
             T0,
         )
+
+
+def _created(command: Submit) -> JobCreated:
+    (created,) = decide(None, command, T0)
+    assert isinstance(created, JobCreated)
+    return created
+
+
+def _with_root(checkpoint: str | None, job_id: str = "llm-7b") -> Submit:
+    spec = msgspec.structs.replace(SUBMIT.spec, checkpoint=checkpoint)
+    return msgspec.structs.replace(SUBMIT, job_id=job_id, spec=spec)
+
+
+def test_submit_records_the_checkpoint_root_with_job_replaced_by_the_job_id() -> None:
+    """``{job}`` stands for the job's id, expanded once at creation (like Slurm's ``%j``):
+    the record, and every backend that folds it, sees the concrete root."""
+    created = _created(_with_root("/ckpt/{job}/run-{job}"))
+    assert created.spec.checkpoint == "/ckpt/llm-7b/run-llm-7b"
+    assert created.spec == msgspec.structs.replace(
+        SUBMIT.spec, checkpoint="/ckpt/llm-7b/run-llm-7b"
+    )
+    assert _apply(None, created).spec.checkpoint == "/ckpt/llm-7b/run-llm-7b"
+
+
+def test_one_job_file_submitted_twice_gives_each_job_its_own_root() -> None:
+    """Two jobs at generation 0 sharing a root: the second would resume from the first's
+    publications, and its own saves could never outrank them."""
+    first = _created(_with_root("/ckpt/digits/{job}", "digits-a1b2c3d4"))
+    second = _created(_with_root("/ckpt/digits/{job}", "digits-e5f6a7b8"))
+    assert (first.spec.checkpoint, second.spec.checkpoint) == (
+        "/ckpt/digits/digits-a1b2c3d4",
+        "/ckpt/digits/digits-e5f6a7b8",
+    )
+
+
+@pytest.mark.parametrize(
+    "root",
+    [
+        None,
+        "",
+        "/ckpt/llm",
+        "s3://bucket/{run}/{job_id}/{JOB}/{ job }/{}/%j/{job",
+        "/ckpt/job}",
+    ],
+)
+def test_a_root_without_the_exact_token_is_recorded_as_given(root: str | None) -> None:
+    """Only ``{job}`` is replaced: other braces (``{job_id}``, ``{JOB}``) are left alone."""
+    command = _with_root(root)
+    assert _created(command).spec == command.spec
+
+
+def test_a_superseding_job_continues_from_the_old_jobs_concrete_root() -> None:
+    """Supersede copies the old record's spec, already concrete: the new job resumes from
+    the old job's publications (and outranks them with a higher generation), not from a
+    root of its own."""
+    old = _apply(None, _created(_with_root("/ckpt/{job}")))
+    old = _apply(old, *decide(old, Cancel(by=ALICE), _t(1)))
+    created, _ = decide(old, Supersede(by=BOB, new_job_id="llm-7b-2"), _t(2))
+    assert isinstance(created, JobCreated)
+    assert created.spec.checkpoint == "/ckpt/llm-7b"
+    assert created.generation == 1
+
+
+@given(job_ids, st.lists(st.text(max_size=8), min_size=1, max_size=4))
+def test_every_job_token_and_nothing_else_becomes_the_job_id(job_id: str, parts: list[str]) -> None:
+    """Property: a root made of pieces joined by ``{job}`` is recorded as the pieces joined
+    by the job id (the token has no border, so joining makes no new token)."""
+    assume(all(JOB_PLACEHOLDER not in part for part in parts))
+    command = _with_root(JOB_PLACEHOLDER.join(parts), job_id)
+    created = _created(command)
+    assert created.spec.checkpoint == job_id.join(parts)
+    assert msgspec.structs.replace(created.spec, checkpoint=command.spec.checkpoint) == (
+        command.spec
+    )
 
 
 def test_a_command_for_a_job_without_a_record_is_refused() -> None:
