@@ -9,6 +9,7 @@ from dispatch_backends.config import (
     load_clusters,
     make_backend,
 )
+from dispatch_backends.options import InvalidOption, check_options
 from dispatch_backends.protocol import (
     Backend,
     BackendError,
@@ -35,10 +36,12 @@ __all__ = [
     "ClustersConfig",
     "ClustersConfigError",
     "EmergencyStopper",
+    "InvalidOption",
     "LaunchRefusedError",
     "LaunchUnknownError",
     "Snapshot",
     "Unreachable",
+    "check_options",
     "close_backend",
     "declarations_of",
     "load_clusters",

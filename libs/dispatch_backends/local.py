@@ -36,16 +36,22 @@ backend never restarts an object natively, so R is always 0) and ``DISPATCH_CHEC
 the spec has a checkpoint root).
 
 **What runs.** ``spec.command``; or else ``spec.script``, written to the object directory and
-run directly when it starts with ``#!``, else with ``/bin/sh``. Options read from
-``spec.options`` (others are ignored, so a spec written for Slurm also runs here):
+run directly when it starts with ``#!``, else with ``/bin/sh``. The options it reads from
+``spec.options`` (:data:`OPTIONS`):
 
 * ``time``: the time limit, in **Slurm's format** so a spec means the same on both backends:
   ``M`` (minutes), ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``; ``0``, ``UNLIMITED`` or
-  ``INFINITE`` for none. ``"0:05"`` is five seconds. It counts from the gate opening; when it
-  is reached the runner sends SIGTERM, waits the kill wait, then SIGKILL. A value that does not
-  parse makes :meth:`LocalBackend.start` raise :class:`LaunchRefusedError`.
+  ``INFINITE`` for none (:func:`~dispatch_backends.time_limit.parse_time_limit`). ``"0:05"``
+  is five seconds. It counts from the gate opening; when it is reached the runner sends
+  SIGTERM, waits the kill wait, then SIGKILL. A value that does not parse makes
+  :meth:`LocalBackend.start` raise :class:`LaunchRefusedError`.
 * ``chdir``: the working directory (default: the backend's ``workdir``, else its own current
   directory at start, as ``sbatch`` does).
+
+A submission naming any other option, or a ``time`` that does not parse, is refused by
+:func:`check_options` (the API calls it through :func:`dispatch_backends.check_options`), so
+a typo such as ``partitionn`` is not silently ignored. :meth:`LocalBackend.start` itself still
+ignores an option it doesn't read, so a job recorded before that check still launches.
 
 ``launch.exclude_nodes`` is ignored: there is one node, and excluding it after an injected
 node loss would make every replacement unlaunchable.
@@ -143,6 +149,7 @@ from typing import Final, NoReturn, TypeVar
 import msgspec
 
 from dispatch_backends import local_runner as _r
+from dispatch_backends.options import InvalidOption
 from dispatch_backends.protocol import (
     BackendError,
     CessationAnswer,
@@ -151,6 +158,7 @@ from dispatch_backends.protocol import (
     Snapshot,
     Unreachable,
 )
+from dispatch_backends.time_limit import parse_time_limit
 from dispatch_core.epoch import epoch
 from dispatch_core.state import (
     Cause,
@@ -167,11 +175,13 @@ from dispatch_core.steps import Launch
 
 __all__ = [
     "CALLS",
+    "OPTIONS",
     "AdminHeldError",
     "FaultError",
     "Faults",
     "LocalBackend",
     "ObjectNotFound",
+    "check_options",
     "kill_all",
     "main",
     "parse_time_limit",
@@ -181,6 +191,9 @@ log = logging.getLogger("dispatch_backends.local")
 
 CALLS: Final = ("start", "open-gate", "stop", "discover", "cessation", "emergency-stop")
 """The backend calls an ``unreachable-next`` fault can target (besides ``any``)."""
+
+OPTIONS: Final = frozenset({"chdir", "time"})
+"""The ``JobSpec.options`` the local backend reads (see the module docstring)."""
 
 _RUNNER_PATH: Final = Path(_r.__file__).resolve()
 _RUNNER_GRACE_S: Final = 60.0
@@ -327,42 +340,29 @@ def _same_process(pid: _Pid | None) -> bool:
     return pid is not None and _r.proc_starttime(pid.pid) == pid.starttime
 
 
-def parse_time_limit(value: str) -> int | None:
-    """Parse a time limit in Slurm's ``--time`` format into seconds.
+def check_options(options: Mapping[str, str]) -> None:
+    """Refuse, at submission, the options the local backend would not honour.
 
     Args:
-        value: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M`` or ``D-H:M:S`` (a bare number is
-            minutes, as in Slurm), or ``UNLIMITED`` / ``INFINITE``.
-
-    Returns:
-        The limit in seconds, or ``None`` for no limit (also for a limit of 0, as in Slurm).
+        options: a spec's ``options``.
 
     Raises:
-        ValueError: ``value`` is not in one of those forms.
+        InvalidOption: an option not in :data:`OPTIONS` (the message lists them), or a
+            ``time`` that :func:`parse_time_limit` refuses (so :meth:`LocalBackend.start`
+            would refuse the launch).
     """
-    text = value.strip()
-    if text.upper() in ("UNLIMITED", "INFINITE"):
-        return None
-    days = 0
-    if "-" in text:
-        day_text, _, text = text.partition("-")
-        if not day_text.isdigit():
-            raise ValueError(f"invalid time limit {value!r}")
-        days = int(day_text)
-        parts = text.split(":")
-        if not 1 <= len(parts) <= 3:
-            raise ValueError(f"invalid time limit {value!r}")
-        parts += ["0"] * (3 - len(parts))  # D-H, D-H:M, D-H:M:S
-    else:
-        parts = text.split(":")
-        parts = {1: ["0", parts[0], "0"], 2: ["0", *parts], 3: parts}.get(len(parts), [])
-        if not parts:
-            raise ValueError(f"invalid time limit {value!r}")
-    if not all(p.isdigit() for p in parts):
-        raise ValueError(f"invalid time limit {value!r}")
-    hours, minutes, seconds = (int(p) for p in parts)
-    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
-    return total or None
+    for key, value in options.items():
+        if key not in OPTIONS:
+            raise InvalidOption(
+                key,
+                f"the local backend has no option {key!r} (its options: "
+                f"{', '.join(sorted(OPTIONS))})",
+            )
+        if key == "time":
+            try:
+                parse_time_limit(value)
+            except ValueError as err:
+                raise InvalidOption(key, str(err)) from None
 
 
 @dataclasses.dataclass

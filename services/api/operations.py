@@ -30,6 +30,7 @@ from typing import Any, Final, NamedTuple, TypeVar
 
 import msgspec
 
+from dispatch_backends import ClusterConfig, InvalidOption, check_options
 from dispatch_core import Actor as CoreActor
 from dispatch_core import (
     ActorKind,
@@ -170,6 +171,7 @@ class Operations:
         discoveries: LatestStore,
         declarations: Mapping[str, Declarations],
         metrics: ApiMetrics,
+        cluster_configs: Mapping[str, ClusterConfig] | None = None,
         clock: Callable[[], datetime] = _utcnow,
         attempts: int = 16,
         concurrency: int = 32,
@@ -184,6 +186,10 @@ class Operations:
             declarations: cluster name -> its backend's declarations (a submission's spec
                 must name one of these clusters).
             metrics: where to count commands and conflicts.
+            cluster_configs: cluster name -> its entry of the clusters file: a submission's
+                ``spec.options`` are checked by its backend
+                (:func:`dispatch_backends.check_options`); a cluster not in it has its
+                options unchecked.
             clock: the time of decisions and projections.
             attempts: how many times a command is decided before answering 503 when every
                 append loses a race.
@@ -194,6 +200,7 @@ class Operations:
         self._statuses = statuses
         self._discoveries = discoveries
         self._declarations = dict(declarations)
+        self._cluster_configs = dict(cluster_configs or {})
         self._metrics = metrics
         self._clock = clock
         self._attempts = attempts
@@ -437,8 +444,9 @@ class Operations:
                 derived from the key, so the retry names the same job.
 
         Raises:
-            BadRequest: malformed body, unknown cluster, invalid policy (code
-                ``invalid-policy``); ``field`` names the place.
+            BadRequest: malformed body, unknown cluster, an option the cluster's backend
+                would refuse at launch (``field`` ``spec.options.<key>``), invalid policy
+                (code ``invalid-policy``); ``field`` names the place.
             RefusedCommand: the job id is taken.
             Busy: every attempt lost a race.
         """
@@ -455,6 +463,12 @@ class Operations:
                 code="unknown-cluster",
                 field="spec.cluster",
             )
+        cluster = self._cluster_configs.get(req.spec.cluster)
+        if cluster is not None:
+            try:
+                check_options(cluster, req.spec.options)
+            except InvalidOption as err:
+                raise BadRequest(str(err), field=f"spec.options.{err.key}") from err
         raw: dict[str, Any] = msgspec.json.decode(body)
         command = strict_command(
             {

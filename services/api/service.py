@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from dispatch_nats import LatestStore, Layout, RecordStore, ensure_streams
 from services.api.app import make_app
 from services.api.auth import Authenticator
-from services.api.clusters import load_declarations
+from services.api.clusters import ApiClusters, load_clusters_file
 from services.api.config import ApiConfig
 from services.api.metrics import ApiMetrics
 from services.api.operations import Operations
@@ -61,7 +61,8 @@ async def run(
         ConfigError: no or a bad tokens file, or a bad clusters file.
     """
     auth = _authenticator(cfg)
-    declarations = load_declarations(cfg.clusters_file) if cfg.clusters_file else {}
+    clusters = load_clusters_file(cfg.clusters_file) if cfg.clusters_file else ApiClusters({}, {})
+    declarations = clusters.declarations
     if not declarations:
         log.warning("api.no_clusters", extra={"clusters_file": cfg.clusters_file})
     registry = registry if registry is not None else CollectorRegistry()
@@ -85,6 +86,7 @@ async def run(
             statuses=statuses,
             discoveries=discoveries,
             declarations=declarations,
+            cluster_configs=clusters.configs,
             metrics=metrics,
             attempts=cfg.command_attempts,
             concurrency=cfg.list_concurrency,

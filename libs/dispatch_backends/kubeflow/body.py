@@ -55,12 +55,12 @@ from dispatch_backends.kubeflow.names import (
     trainjob_name,
 )
 from dispatch_backends.kubeflow.settings import GateMode, KubeflowSettings
-from dispatch_backends.local import parse_time_limit
 from dispatch_backends.protocol import object_name
+from dispatch_backends.time_limit import parse_time_limit
 from dispatch_core.epoch import epoch
 from dispatch_core.steps import Launch
 
-__all__ = ["DISPATCH_VARS", "InvalidLaunch", "trainjob_body"]
+__all__ = ["DISPATCH_VARS", "InvalidLaunch", "check_options", "namespace_of", "trainjob_body"]
 
 DISPATCH_VARS: Final = (
     "DISPATCH_JOB",
@@ -76,7 +76,15 @@ DISPATCH_VARS: Final = (
 
 class InvalidLaunch(ValueError):
     """The launch can't be expressed as a TrainJob on this cluster (a bad option value, a
-    namespace not configured, no Kueue queue in ``kueue`` mode)."""
+    namespace not configured, no Kueue queue in ``kueue`` mode).
+
+    Attributes:
+        option: the ``JobSpec.options`` key at fault.
+    """
+
+    def __init__(self, message: str, *, option: str) -> None:
+        super().__init__(message)
+        self.option = option
 
 
 def _option_int(options: Mapping[str, str], key: str, default: int | None) -> int | None:
@@ -86,10 +94,63 @@ def _option_int(options: Mapping[str, str], key: str, default: int | None) -> in
     try:
         value = int(raw)
     except ValueError as err:
-        raise InvalidLaunch(f"option {key}={raw!r}: expected an integer") from err
+        raise InvalidLaunch(f"option {key}={raw!r}: expected an integer", option=key) from err
     if value < 1:
-        raise InvalidLaunch(f"option {key}={raw!r}: expected at least 1")
+        raise InvalidLaunch(f"option {key}={raw!r}: expected at least 1", option=key)
     return value
+
+
+def _namespace(options: Mapping[str, str], settings: KubeflowSettings) -> str:
+    namespace = options.get("namespace", settings.namespaces[0])
+    if namespace not in settings.namespaces:
+        raise InvalidLaunch(
+            f"namespace {namespace!r} is not one of this cluster's {list(settings.namespaces)}",
+            option="namespace",
+        )
+    return namespace
+
+
+def _queue(options: Mapping[str, str], settings: KubeflowSettings) -> str | None:
+    """The Kueue LocalQueue in ``kueue`` mode (``None`` in ``suspend`` mode)."""
+    if settings.gate is not GateMode.KUEUE:
+        return None
+    queue = options.get("queue", settings.queue)
+    if not queue:
+        raise InvalidLaunch(
+            "gate mode kueue needs a Kueue LocalQueue (setting queue or option queue): "
+            "without kueue.x-k8s.io/queue-name Kueue ignores the TrainJob and its "
+            "admission gate",
+            option="queue",
+        )
+    return queue
+
+
+def _time_limit_s(options: Mapping[str, str]) -> int | None:
+    if "time" not in options:
+        return None
+    try:
+        return parse_time_limit(options["time"])
+    except ValueError as err:
+        raise InvalidLaunch(f"option time={options['time']!r}: {err}", option="time") from err
+
+
+def check_options(options: Mapping[str, str], settings: KubeflowSettings) -> None:
+    """Refuse the options :func:`trainjob_body` and :func:`namespace_of` would refuse.
+
+    Pure, with the same helpers they use, so the API can check a submission's options
+    without a Kubernetes client. Options the backend doesn't read are ignored, as at
+    launch (see :data:`~dispatch_backends.kubeflow.settings.OPTIONS`).
+
+    Raises:
+        InvalidLaunch: a ``namespace`` not configured, no ``queue`` in ``kueue`` mode when
+            the settings have none, ``nodes`` / ``procs_per_node`` / ``gpus`` not a whole
+            number >= 1, a ``time`` not in Slurm's format; ``option`` names it.
+    """
+    _namespace(options, settings)
+    _queue(options, settings)
+    for key in ("nodes", "procs_per_node", "gpus"):
+        _option_int(options, key, None)
+    _time_limit_s(options)
 
 
 def namespace_of(launch: Launch, settings: KubeflowSettings) -> str:
@@ -99,12 +160,7 @@ def namespace_of(launch: Launch, settings: KubeflowSettings) -> str:
         InvalidLaunch: ``options["namespace"]`` is not one of the configured namespaces
             (discovery would never see it).
     """
-    namespace = launch.spec.options.get("namespace", settings.namespaces[0])
-    if namespace not in settings.namespaces:
-        raise InvalidLaunch(
-            f"namespace {namespace!r} is not one of this cluster's {list(settings.namespaces)}"
-        )
-    return namespace
+    return _namespace(launch.spec.options, settings)
 
 
 def trainjob_body(launch: Launch, settings: KubeflowSettings, token: str) -> dict[str, Any]:
@@ -136,14 +192,8 @@ def trainjob_body(launch: Launch, settings: KubeflowSettings, token: str) -> dic
         ANNOTATION_GENERATION: str(launch.generation),
         ANNOTATION_TOKEN: token,
     }
-    if settings.gate is GateMode.KUEUE:
-        queue = options.get("queue", settings.queue)
-        if not queue:
-            raise InvalidLaunch(
-                "gate mode kueue needs a Kueue LocalQueue (setting queue or option queue): "
-                "without kueue.x-k8s.io/queue-name Kueue ignores the TrainJob and its "
-                "admission gate"
-            )
+    queue = _queue(options, settings)
+    if queue is not None:
         labels[QUEUE_NAME_LABEL] = queue
         annotations[ADMISSION_GATED_BY] = settings.gate_name
     else:
@@ -181,13 +231,9 @@ def trainjob_body(launch: Launch, settings: KubeflowSettings, token: str) -> dic
     }
     if launch.exclude_nodes:
         body_spec["runtimePatches"] = [_runtime_patch(launch, settings)]
-    if "time" in options:
-        try:
-            limit = parse_time_limit(options["time"])
-        except ValueError as err:
-            raise InvalidLaunch(f"option time={options['time']!r}: {err}") from err
-        if limit is not None:
-            body_spec["activeDeadlineSeconds"] = limit
+    limit = _time_limit_s(options)
+    if limit is not None:
+        body_spec["activeDeadlineSeconds"] = limit
     group, version, _ = TRAINER
     return {
         "apiVersion": f"{group}/{version}",

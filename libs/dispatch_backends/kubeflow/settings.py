@@ -54,7 +54,13 @@ LocalQueue), ``runtime`` / ``runtime_kind`` (``spec.runtimeRef``), ``image``, ``
 (``resourcesPerNode`` limit ``nvidia.com/gpu``), ``time`` (``spec.activeDeadlineSeconds``, in
 Slurm's ``--time`` format like the local backend: counted from creation or from the last
 resume, so from the gate opening) and ``priority_class`` (Kueue's
-``kueue.x-k8s.io/priority-class`` label)."""
+``kueue.x-k8s.io/priority-class`` label).
+
+A submission is checked against them (:func:`dispatch_backends.kubeflow.body.check_options`,
+through :func:`dispatch_backends.check_options`): a value a launch would refuse (a
+``namespace`` not in ``namespaces``, ``nodes`` / ``procs_per_node`` / ``gpus`` not a whole
+number >= 1, a ``time`` not in Slurm's format, no ``queue`` in ``kueue`` mode when the
+settings have none) is refused with a 400 naming ``spec.options.<key>``."""
 
 
 class KubeflowSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -30,6 +30,14 @@ settings, ``--export``, the settings' ``extra_args``, then every other option as
 ``--<name>=<value>`` (underscores become dashes; an empty value is a flag:
 ``exclusive = ""`` -> ``--exclusive``). dispatch's own arguments come last, so they win over
 the same options given earlier.
+
+**The options checked** (:func:`check_option`, at launch and, through
+:func:`dispatch_backends.check_options`, at submission): a name must look like an sbatch long
+option and not be one dispatch sets itself (:data:`~.settings.OWNED_OPTIONS`); ``requeue``
+must be yes or no; ``time`` must be in Slurm's ``--time`` format
+(:func:`~dispatch_backends.time_limit.parse_time_limit`). Any other name is passed through
+unchecked, so every sbatch option can be given (and one sbatch doesn't know is refused by
+sbatch at launch).
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ import msgspec
 
 from dispatch_backends.slurm.parse import DispatchTag, format_comment
 from dispatch_backends.slurm.settings import OWNED_OPTIONS, SlurmSettings
+from dispatch_backends.time_limit import parse_time_limit
 from dispatch_core.state import JobSpec
 from dispatch_core.steps import Launch
 
@@ -50,6 +59,7 @@ __all__ = [
     "InvalidSpec",
     "Submission",
     "batch_script",
+    "check_option",
     "prologue",
     "sbatch_args",
     "sbatch_directives",
@@ -173,15 +183,42 @@ def batch_script(launch: Launch, token: str) -> str:
     return "\n".join(["#!/bin/sh", *header, *head, run, text, end]) + "\n"
 
 
+def check_option(name: str, value: str) -> None:
+    """Refuse an option the Slurm backend won't launch with (see the module docstring).
+
+    Pure; :func:`sbatch_args` checks every option with it, and the API checks a submission's
+    with it, so both refuse the same options.
+
+    Args:
+        name: the option's name, as in ``JobSpec.options``.
+        value: its value.
+
+    Raises:
+        InvalidSpec: a name that isn't an sbatch long option's, a name dispatch owns, a
+            ``requeue`` other than yes/no, a ``time`` not in Slurm's format.
+    """
+    if not _OPTION.match(name):
+        raise InvalidSpec(
+            f"option {name!r} is not an sbatch option name (lower-case letters, digits, "
+            "'-' and '_', starting with a letter)"
+        )
+    if name in OWNED_OPTIONS:
+        raise InvalidSpec(
+            f"option {name!r} is dispatch's own (or unsupported): remove it from the spec"
+        )
+    if name == "requeue" and value.lower() not in _TRUE | _FALSE:
+        raise InvalidSpec(f"option requeue must be yes or no, got {value!r}")
+    if name == "time":
+        try:
+            parse_time_limit(value)
+        except ValueError as err:
+            raise InvalidSpec(f"option time: {err}") from None
+
+
 def _option_args(options: Mapping[str, str]) -> list[str]:
     args = []
     for name, value in options.items():
-        if not _OPTION.match(name):
-            raise InvalidSpec(f"option {name!r} is not an sbatch option name")
-        if name in OWNED_OPTIONS:
-            raise InvalidSpec(
-                f"option {name!r} is dispatch's own (or unsupported): remove it from the spec"
-            )
+        check_option(name, value)
         if name in ("requeue", "exclude"):
             continue
         flag = "--" + name.replace("_", "-")
@@ -242,7 +279,7 @@ def sbatch_args(
             executions lost).
 
     Raises:
-        InvalidSpec: an option dispatch owns, a bad option name, a bad ``requeue``.
+        InvalidSpec: an option :func:`check_option` refuses.
     """
     spec = launch.spec
     words = sbatch_directives(spec.script) if spec.script else []

@@ -4,7 +4,9 @@ port (``start_http``, as the service runs it), reached with a real aiohttp clien
 * `nats_server`: one server for the session (JetStream, 127.0.0.1, random port).
 * `nc`: a connection per test; `layout`: a namespace of the test's own, with its streams.
 * `api`: the API on the test's layout (tokens: alice and bob human, ci service; clusters
-  ``local`` and ``other``), as :class:`~tests.integration.api.support.Api`.
+  ``local`` and ``other``; ``local`` is a local-backend entry of a clusters file, so its
+  submissions' options are checked, ``other``'s are not), as
+  :class:`~tests.integration.api.support.Api`.
 * `tokens_file`: the same tokens as a TOML file (alice hashed, the others in clear).
 """
 
@@ -22,6 +24,7 @@ import pytest
 from nats.aio.client import Client as NATS
 from prometheus_client import CollectorRegistry
 
+from dispatch_backends.config import LocalCluster
 from dispatch_nats import LatestStore, Layout, RecordStore, StreamKind, ensure_streams
 from services.api.app import make_app
 from services.api.auth import Authenticator, hash_token
@@ -104,7 +107,7 @@ def sse_heartbeat_s() -> float:
 
 @pytest.fixture
 async def api(
-    nc: NATS, layout: Layout, tokens_file: Path, sse_heartbeat_s: float
+    nc: NATS, layout: Layout, tokens_file: Path, sse_heartbeat_s: float, tmp_path: Path
 ) -> AsyncIterator[Api]:
     """The API in-process on a free port, with a fresh registry."""
     registry = CollectorRegistry()
@@ -118,6 +121,8 @@ async def api(
         discoveries=discoveries,
         declarations=CLUSTERS,
         metrics=metrics,
+        # Read only, never written: checking options builds no backend.
+        cluster_configs={"local": LocalCluster(name="local", data_dir=str(tmp_path / "local"))},
     )
     ready = asyncio.Event()
     app = make_app(

@@ -8,7 +8,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from dispatch_backends.kubeflow.body import InvalidLaunch, namespace_of, trainjob_body
+from dispatch_backends.kubeflow.body import (
+    InvalidLaunch,
+    check_options,
+    namespace_of,
+    trainjob_body,
+)
 from dispatch_backends.kubeflow.settings import GateMode, KubeflowSettings
 from dispatch_core.epoch import epoch
 from dispatch_core.state import JobSpec
@@ -163,3 +168,7 @@ def test_launches_that_cant_be_a_trainjob(
 
     with pytest.raises(InvalidLaunch, match=words):
         build()
+    # The API's check at submission refuses the same, naming the option.
+    with pytest.raises(InvalidLaunch, match=words) as info:
+        check_options(options, settings)
+    assert info.value.option == (next(iter(options)) if options else "queue")

@@ -162,6 +162,7 @@ def test_requeue_is_asked_for_by_option_or_by_the_script() -> None:
         (JobSpec(cluster="lab", command=("x",), options={"array": "1-3"}), "dispatch's own"),
         (JobSpec(cluster="lab", command=("x",), options={"Bad": "1"}), "not an sbatch option"),
         (JobSpec(cluster="lab", command=("x",), options={"requeue": "maybe"}), "yes or no"),
+        (JobSpec(cluster="lab", command=("x",), options={"time": "banana"}), "time limit"),
         (JobSpec(cluster="lab", command=("x",), env={"A-B": "1"}), "not a variable name"),
     ],
 )
