@@ -41,6 +41,7 @@ from dispatch_core import (
     Job,
     JobCreated,
     JobEvent,
+    JobSpec,
     Refused,
     State,
     Status,
@@ -578,6 +579,7 @@ class Operations:
         if isinstance(req, SupersedeRequest) and isinstance(command, Supersede):
             if folded.job.superseded_by is not None:
                 await self._complete_supersede(job_id)
+            self._check_superseded_options(folded.job.spec)
             new_id = await self._new_job_id(job_id, req, actor, key)
             command = msgspec.structs.replace(command, new_job_id=new_id)
         for _ in range(self._attempts):
@@ -628,6 +630,25 @@ class Operations:
             f"job {job_id!r}: {name} lost the race to other writers {self._attempts} times; "
             "try again"
         )
+
+    def _check_superseded_options(self, spec: JobSpec) -> None:
+        """Refuse to supersede a job whose spec's options its backend now refuses (a job
+        recorded before they were checked at submission): the new job, with the same spec,
+        could only fail at launch.
+
+        Raises:
+            RefusedCommand: naming the option and why.
+        """
+        cluster = self._cluster_configs.get(spec.cluster)
+        if cluster is None:
+            return
+        try:
+            check_options(cluster, spec.options)
+        except InvalidOption as err:
+            raise RefusedCommand(
+                f"the job's spec.options.{err.key} is invalid: {err.reason}; a superseding "
+                "job keeps the spec, so submit a new job with the option fixed"
+            ) from err
 
     async def _new_job_id(
         self, job_id: str, req: SupersedeRequest, actor: CoreActor, key: str | None

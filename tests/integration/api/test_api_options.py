@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 from nats.aio.client import Client as NATS
 
-from dispatch_core import JobCreated
+from dispatch_core import JobCreated, JobSpec, RecoveryPolicy, Submit, decide
 from dispatch_nats import StreamKind
-from tests.integration.api.support import SPEC, Api
+from tests.integration.api.support import ALICE, CLUSTERS, SPEC, Api, now
 
 pytestmark = pytest.mark.integration
 
@@ -71,3 +72,30 @@ async def test_options_the_local_backend_reads_are_accepted(
 async def test_a_cluster_without_a_config_has_its_options_unchecked(api: Api) -> None:
     """``other`` is only declarations here (no clusters-file entry): nothing to check with."""
     await api.submit(spec={**SPEC, "cluster": "other", "options": {"anything": "goes"}})
+
+
+async def test_superseding_a_job_whose_recorded_options_are_now_refused_is_409(api: Api) -> None:
+    """A job recorded before options were checked at submission (written here straight to
+    its record) can't be superseded: the new job would keep the spec and fail at launch."""
+    job_id = "old-bad-time"
+    events = decide(
+        None,
+        Submit(
+            by=ALICE,
+            job_id=job_id,
+            spec=msgspec.convert({**SPEC, "options": {"time": "banana"}}, JobSpec),
+            policy=RecoveryPolicy(),
+            declarations=CLUSTERS["local"],
+        ),
+        now(),
+    )
+    await api.append(job_id, *events)
+    assert (await api.command(job_id, "cancel")).status == 200
+    before = len(await api.events(job_id))
+
+    reply = await api.command(job_id, "supersede", reason="run it again")
+
+    assert reply.status == 409, reply.text
+    assert "spec.options.time is invalid: invalid time limit 'banana'" in reply.error["message"]
+    assert "submit a new job" in reply.error["message"]
+    assert len(await api.events(job_id)) == before
