@@ -5,10 +5,15 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar, overload
 
-__all__ = ["assert_eventually"]
+import msgspec
+
+from dispatch_cli.client import ApiClient, SseMessage
+from dispatch_core import Status
+
+__all__ = ["ReplayedStatusStream", "assert_eventually"]
 
 T = TypeVar("T")
 
@@ -56,3 +61,18 @@ async def assert_eventually(
             if time.monotonic() >= deadline:
                 raise
         await asyncio.sleep(interval_s)
+
+
+class ReplayedStatusStream(ApiClient):
+    """TEST DOUBLE of the API for the CLI's ``Watcher``: its status stream sends the given
+    Statuses, then ends (no server; nothing else of the client is used)."""
+
+    def __init__(self, statuses: list[Status]) -> None:
+        super().__init__("http://127.0.0.1:1", "t")
+        self.statuses = statuses
+
+    def stream(
+        self, job_id: str, *, last_event_id: str | None = None, read_timeout_s: float = 60.0
+    ) -> Iterator[SseMessage]:
+        for s in self.statuses:
+            yield SseMessage(event="status", id=str(s.seq), data=msgspec.json.encode(s).decode())

@@ -15,7 +15,6 @@ from typing import Any, ClassVar
 import msgspec
 import pytest
 
-from dispatch_cli.client import ApiClient, SseMessage
 from dispatch_cli.errors import UsageError
 from dispatch_cli.jobfile import PolicyFlags, build_submission, parse_causes
 from dispatch_cli.main import main, parse_duration
@@ -39,6 +38,7 @@ from dispatch_core import (
 )
 from services.api.schemas import SubmitRequest, check_spec, decode_body
 from tests.e2e.cli.support import REPO
+from tests.util import ReplayedStatusStream
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -208,20 +208,6 @@ def _status(
     )
 
 
-class _Stream(ApiClient):
-    """An API whose status stream sends the given Statuses, then ends."""
-
-    def __init__(self, statuses: list[Status]) -> None:
-        super().__init__("http://127.0.0.1:1", "t")
-        self.statuses = statuses
-
-    def stream(
-        self, job_id: str, *, last_event_id: str | None = None, read_timeout_s: float = 60.0
-    ) -> Iterator[SseMessage]:
-        for s in self.statuses:
-            yield SseMessage(event="status", id=str(s.seq), data=msgspec.json.encode(s).decode())
-
-
 def test_watch_shows_a_transition_the_stream_skipped_from_the_record() -> None:
     """The stream skipped the Status of the first recovery (replaced within milliseconds):
     the next Status's history holds it, and watch prints it, marked, before that Status."""
@@ -239,7 +225,7 @@ def test_watch_shows_a_transition_the_stream_skipped_from_the_record() -> None:
         ),
     ]
     lines: list[str] = []
-    final = Watcher(_Stream(statuses), "j", emit=lines.append).run()
+    final = Watcher(ReplayedStatusStream(statuses), "j", emit=lines.append).run()
     assert final.state is State.SUCCEEDED
     missed = [line for line in lines if line.endswith(MISSED_NOTE)]
     assert len(missed) == 1

@@ -4,12 +4,11 @@ that ended the execution in its own words, and the commands that answer the hold
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import msgspec
 
-from dispatch_cli.client import ApiClient, JobSummary, SseMessage
+from dispatch_cli.client import JobSummary
 from dispatch_cli.render import answer_hint, jobs_table, status_detail
 from dispatch_cli.watching import Watcher
 from dispatch_core import (
@@ -25,6 +24,7 @@ from dispatch_core import (
     Status,
     Transition,
 )
+from tests.util import ReplayedStatusStream
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SUPERVISOR = Actor(name="supervisor", kind=ActorKind.SERVICE)
@@ -153,20 +153,6 @@ def test_the_jobs_table_names_the_cause_that_ended_a_held_job() -> None:
     assert table[2].split()[:5] == ["b", "held", "held", "1", "actor"]
 
 
-class _Stream(ApiClient):
-    """An API whose status stream sends the given Statuses, then ends."""
-
-    def __init__(self, statuses: list[Status]) -> None:
-        super().__init__("http://127.0.0.1:1", "t")
-        self.statuses = statuses
-
-    def stream(
-        self, job_id: str, *, last_event_id: str | None = None, read_timeout_s: float = 60.0
-    ) -> Iterator[SseMessage]:
-        for s in self.statuses:
-            yield SseMessage(event="status", id=str(s.seq), data=msgspec.json.encode(s).decode())
-
-
 def _watch(statuses: list[Status]) -> list[str]:
     lines: list[str] = []
     done = Status(
@@ -178,7 +164,7 @@ def _watch(statuses: list[Status]) -> list[str]:
         seq=99,
         settled=True,
     )
-    Watcher(_Stream([*statuses, done]), "j", emit=lines.append).run()
+    Watcher(ReplayedStatusStream([*statuses, done]), "j", emit=lines.append).run()
     return lines
 
 
