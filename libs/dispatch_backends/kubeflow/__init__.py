@@ -25,6 +25,14 @@ NotReady for at least the node-loss window, which nothing else would ever releas
 **Cessation signal** (seed 004): ceased when no pod of the object is left unfinished and
 every node it ran on is Ready (a node NotReady or gone may still run its processes).
 
+**Credentials refused.** A 401 Unauthorized or 403 Forbidden is the API server's answer, not
+an outage: ``discover`` (and ``cessation``) raise :class:`~dispatch_backends.protocol.BackendError`
+with its words, never ``Unreachable``, whether the TrainJob list or a watch's relist is refused,
+so no job's state changes on stale caches, and they answer again by themselves once the
+watches are allowed back. ``start`` treats 403 (RBAC or admission said no to this create) as
+``LaunchRefusedError`` and 401 (an expired token: the launch was never considered) as
+``Unreachable``, retried.
+
 Only this package imports ``kubernetes``, and only when :class:`KubeflowBackend` is first
 used: the settings can be imported (``dispatch_backends.config`` does) without loading the
 client.

@@ -60,6 +60,7 @@ from dispatch_backends.kubeflow.observe import (
 )
 from dispatch_backends.kubeflow.settings import GateMode, KubeflowSettings, kubeflow_declarations
 from dispatch_backends.kubeflow.watch import Reflector
+from dispatch_backends.kubeflow.watch import status_words as _status_words
 from dispatch_backends.protocol import (
     BackendError,
     CessationAnswer,
@@ -99,20 +100,6 @@ class ObjectNotFound(BackendError):
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def _status_words(err: ApiException) -> str:
-    """``<code> <reason>: <message>`` from the API server's ``Status`` body, verbatim."""
-    reason, message = err.reason or "", ""
-    try:
-        body = json.loads(err.body or "{}")
-    except (TypeError, ValueError):
-        body = {}
-    if isinstance(body, dict):
-        reason = body.get("reason") or reason
-        message = body.get("message") or ""
-    text = f"{err.status} {reason}".strip()
-    return f"{text}: {message}" if message else text
 
 
 def _status_reason(err: ApiException) -> str:
@@ -219,11 +206,20 @@ class KubeflowBackend:
         A second start of the same launch (a retry after a lost answer) finds the TrainJob
         it made and returns it.
 
+        Credentials: a 403 Forbidden is a refusal (RBAC denies ``create`` on TrainJobs in
+        the launch's namespace, or admission, such as an exceeded ResourceQuota, said no:
+        the cluster answered about this launch, and retrying the same request gets the
+        same answer until an administrator acts). A 401 Unauthorized is not: the API server
+        did not get as far as the launch (the token expired or was rotated, which the
+        client's refresh or a new kubeconfig cures), so it is :class:`Unreachable`, nothing
+        was created and the launch is retried.
+
         Raises:
-            LaunchRefusedError: the API server refused it (its ``Status`` words verbatim),
-                or the launch can't be a TrainJob here.
+            LaunchRefusedError: the API server refused it (its ``Status`` words verbatim;
+                403 Forbidden included), or the launch can't be a TrainJob here.
             LaunchUnknownError: the answer was lost after the request was sent.
-            Unreachable: the API server could not be asked (nothing was created).
+            Unreachable: the API server could not be asked (nothing was created): no
+                connection, 429, or 401 Unauthorized.
         """
         self._ensure_watching()
         try:
@@ -247,7 +243,9 @@ class KubeflowBackend:
         except ApiException as err:
             if err.status == 409 and _status_reason(err) == "AlreadyExists":
                 return await self._existing(launch, namespace, name, err)
-            if err.status == 429:
+            if err.status in (401, 429):
+                # 401: authentication failed before anything was made (an expired or rotated
+                # token); the cluster said nothing about the launch, so it is retried.
                 raise Unreachable(
                     self._cluster, f"create {namespace}/{name}: {_status_words(err)}"
                 ) from err
@@ -356,8 +354,19 @@ class KubeflowBackend:
         docstring); then the housekeeping writes that keep what it reports true (see
         :mod:`.observe`).
 
+        Credentials refused (401 Unauthorized, 403 Forbidden) are a :class:`BackendError`,
+        not :class:`Unreachable`: the API server answered, and what it said (its words are
+        kept) needs a person, not a retry. Whether at the first discovery or later, when a
+        watch's relist or re-watch is refused, discovery raises rather than report from
+        watch caches that can no longer be refreshed: an unauthorised cluster changes no
+        job's state (no object is reported gone or ended because of it). Discovery
+        recovers by itself once the watches are allowed again.
+
         Raises:
             Unreachable: a list failed, or the watches could not list at all.
+            BackendError: the API server refused the credentials (401) or the permission
+                (403), for the TrainJob list or a watch; or a watched resource is missing
+                (404, no CRD).
         """
         self._ensure_watching()
         await self._wait_synced()
@@ -620,8 +629,23 @@ class KubeflowBackend:
         return gap[1]
 
     async def _wait_synced(self) -> None:
+        """Wait for every watch's first list; then refuse to go on while a watch's
+        credentials are refused (its cache can't be refreshed, so it must not be read as
+        the cluster's present).
+
+        Raises:
+            BackendError: a watch can't list or watch for credentials (401/403), RBAC or a
+                missing CRD (404).
+            Unreachable: a watch could not list within ``sync_timeout_s`` otherwise.
+        """
         reflectors = list(self._reflectors.values())
         if all(r.synced for r in reflectors):
+            refused = [r for r in reflectors if r.error_status in (401, 403)]
+            if refused:
+                errors = "; ".join(f"{r.name}: {r.error}" for r in refused)
+                raise BackendError(
+                    self._cluster, f"the watches are refused (their caches are stale): {errors}"
+                )
             return
         timeout = self._settings.sync_timeout_s
 

@@ -33,7 +33,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-__all__ = ["ListFn", "Reflector"]
+__all__ = ["ListFn", "Reflector", "status_words"]
 
 log = logging.getLogger("dispatch_backends.kubeflow")
 
@@ -154,6 +154,7 @@ class Reflector:
                 if need_list:
                     self._relist()
                     need_list = False
+                    self._healthy()
                 self._watch()
                 failures = 0
                 self.error = None
@@ -164,7 +165,11 @@ class Reflector:
             except Exception as err:  # any failure: back off, then go on (list again if needed)
                 if self._stop.is_set():
                     return
-                self.error = f"{type(err).__name__}: {err}"
+                self.error = (
+                    status_words(err)
+                    if isinstance(err, ApiException)
+                    else f"{type(err).__name__}: {err}"
+                )
                 self.error_status = err.status if isinstance(err, ApiException) else None
                 if isinstance(err, ApiException) and err.status == 410:
                     need_list = True
@@ -176,6 +181,10 @@ class Reflector:
                     extra={"reflector": self.name, "error": self.error, "retry_in_s": delay},
                 )
                 self._stop.wait(delay)
+
+    def _healthy(self) -> None:
+        self.error = None
+        self.error_status = None
 
     def _relist(self) -> None:
         items: list[Mapping[str, Any]] = []
@@ -225,6 +234,9 @@ class Reflector:
             kwargs["label_selector"] = self._selector
         resp = self._list(**kwargs)
         self.watches += 1
+        # Answered: a past error (a refused credential) is over now, not when this watch
+        # ends (up to ``watch_timeout_s`` later).
+        self._healthy()
         with self._lock:
             self._resp = resp
         received = False
@@ -270,6 +282,20 @@ class Reflector:
             self._on_object(obj)
         with self._lock:
             self._progress = max(self._progress, rv)
+
+
+def status_words(err: ApiException) -> str:
+    """``<code> <reason>: <message>`` from the API server's ``Status`` body, verbatim."""
+    reason, message = err.reason or "", ""
+    try:
+        body = json.loads(err.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    if isinstance(body, dict):
+        reason = body.get("reason") or reason
+        message = body.get("message") or ""
+    text = f"{err.status} {reason}".strip()
+    return f"{text}: {message}" if message else text
 
 
 def _uid(obj: Mapping[str, Any]) -> str:
