@@ -6,13 +6,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
-from typing import Any
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, Protocol, TypeVar
 
 import nats
 from nats.aio.client import Client as NATS
 
-__all__ = ["connect_nats", "drain", "run_until_stopped"]
+from services.common.config import ConfigError
+from services.common.logs import setup_logging
+
+__all__ = ["connect_nats", "drain", "run_until_stopped", "service_main"]
 
 log = logging.getLogger("dispatch.service")
 
@@ -90,3 +96,61 @@ async def run_until_stopped(
     async with asyncio.TaskGroup() as tg:
         tasks = [tg.create_task(loop) for loop in loops]
         tg.create_task(enforce_grace(tasks))
+
+
+class _LoggedConfig(Protocol):
+    @property
+    def log_level(self) -> str: ...
+
+    @property
+    def log_json(self) -> bool: ...
+
+
+C = TypeVar("C", bound=_LoggedConfig)
+
+
+def service_main(
+    name: str,
+    load: Callable[[Mapping[str, str]], C],
+    run: Callable[[C, asyncio.Event], Awaitable[None]],
+    *,
+    config_errors: tuple[type[Exception], ...] = (),
+) -> int:
+    """``python -m services.<name>``: build the config from the environment, set up logging,
+    run until SIGTERM or SIGINT, and return the exit status.
+
+    Exit status: 0 after a clean stop; 2 for a configuration error (``ConfigError`` from
+    ``load`` or ``run``, or one of ``config_errors`` from ``run``), said plainly on stderr
+    as ``<name>: <error>`` since someone is starting the service; 1 for any other failure
+    (logged with its traceback).
+
+    Args:
+        name: the service (the prefix of its messages and its log records).
+        load: the config from the environment (raises ``ConfigError`` naming the variable).
+        run: the service's run, given the config and the stop event.
+        config_errors: more exceptions of ``run`` that mean a bad configuration.
+    """
+    errors: tuple[type[Exception], ...] = (ConfigError, *config_errors)
+    try:
+        cfg = load(os.environ)
+    except ConfigError as err:
+        print(f"{name}: {err}", file=sys.stderr)
+        return 2
+    setup_logging(name, cfg.log_level, json=cfg.log_json)
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await run(cfg, stop)
+        except errors as err:
+            print(f"{name}: {err}", file=sys.stderr)
+            return 2
+        except Exception:
+            logging.getLogger(f"dispatch.{name}").exception("%s.failed", name)
+            return 1
+        return 0
+
+    return asyncio.run(main())

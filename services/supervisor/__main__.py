@@ -2,60 +2,42 @@
 :mod:`services.supervisor.config`); SIGTERM or SIGINT stops it within its shutdown grace,
 letting the passes in flight finish.
 
-Exit status: 0 after a clean stop, 2 for a configuration error, 1 for a failure.
+Exit status: 0 after a clean stop, 2 for a configuration error (the clusters file and
+``SUPERVISOR_DELIVER`` included), 1 for a failure
+(:func:`services.common.lifecycle.service_main`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import os
-import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from dispatch_backends import ClustersConfigError
 from services.common.config import ConfigError
-from services.common.logs import setup_logging
+from services.common.lifecycle import service_main
 from services.supervisor.config import SupervisorConfig
 from services.supervisor.service import load_deliver, run
 
-log = logging.getLogger("dispatch.supervisor")
 
-
-async def _main(cfg: SupervisorConfig) -> int:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
+async def _run(cfg: SupervisorConfig, stop: asyncio.Event) -> None:
     # Backends call their blocking clients through asyncio.to_thread: enough threads that
     # the passes running at once don't queue for them.
-    loop.set_default_executor(ThreadPoolExecutor(cfg.backend_threads, thread_name_prefix="backend"))
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(cfg.backend_threads, thread_name_prefix="backend")
+    )
     try:
         deliver = load_deliver(cfg.deliver)
     except ValueError as err:
-        log.error("supervisor.config_error", extra={"error": str(err)})
-        return 2
-    try:
-        await run(cfg, stop, deliver=deliver)
-    except ClustersConfigError as err:
-        log.error("supervisor.config_error", extra={"error": str(err)})
-        return 2
-    except Exception:
-        log.exception("supervisor.failed")
-        return 1
-    return 0
+        raise ConfigError(f"SUPERVISOR_DELIVER: {err}") from err
+    await run(cfg, stop, deliver=deliver)
 
 
 def main() -> int:
     """Build the config from the environment and run the replica; return the exit status."""
-    try:
-        cfg = SupervisorConfig.from_env(os.environ)
-    except ConfigError as err:
-        print(f"supervisor: {err}", file=sys.stderr)
-        return 2
-    setup_logging("supervisor", cfg.log_level, json=cfg.log_json)
-    return asyncio.run(_main(cfg))
+    return service_main(
+        "supervisor", SupervisorConfig.from_env, _run, config_errors=(ClustersConfigError,)
+    )
 
 
 if __name__ == "__main__":
