@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from dispatch_backends import CessationAnswer
 from dispatch_backends.kubeflow import GateMode
 from dispatch_backends.kubeflow.names import LABEL_SUBMISSION
 from dispatch_core.epoch import epoch
@@ -266,9 +267,15 @@ async def test_cessation_follows_the_nodes_and_the_pods() -> None:
                 assert server.store.find(TRAINJOBS, *ref.id.split("/")) is None
 
             await assert_eventually(gone, timeout_s=10)
-            answer = await harness.backend.cessation(ref, nodes)
+
+            async def node_gone() -> CessationAnswer:
+                # the node watch sees the deletion a moment after the API server made it
+                answer = await harness.backend.cessation(ref, nodes)
+                assert f"node {nodes[0]} no longer exists" in answer.detail
+                return answer
+
+            answer = await assert_eventually(node_gone, timeout_s=10)
             assert not answer.ceased, "a node that is gone may still run the processes"
-            assert f"node {nodes[0]} no longer exists" in answer.detail
             other = await harness.backend.cessation(ref, nodes[1:])
             # the backend saw a pod of it on the lost node: still not ceased
             assert not other.ceased
