@@ -26,6 +26,7 @@ from nats.aio.client import Client as NATS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.servers
 
+from dispatch_core import WriterKind
 from dispatch_nats import Layout, RecordStore, ensure_streams
 from tests.servers.nats import NatsServer
 
@@ -91,9 +92,14 @@ async def measure(nc: NATS, args: argparse.Namespace, payload: bytes) -> dict[st
     append_layout, raw_layout = Layout(namespace="bench-a"), Layout(namespace="bench-r")
     await ensure_streams(nc, layout=append_layout)
     await ensure_streams(nc, layout=raw_layout)
-    store = RecordStore(nc, layout=append_layout, max_in_flight=max(args.in_flight, 1))
+    store = RecordStore(
+        nc,
+        writer=WriterKind.SUPERVISOR,
+        layout=append_layout,
+        max_in_flight=max(args.in_flight, 1),
+    )
     jobs = [f"job-{i}" for i in range(args.jobs)]
-    raw_subjects = [raw_layout.record_subject(j) for j in jobs]
+    raw_subjects = [raw_layout.record_subject(j, WriterKind.SUPERVISOR) for j in jobs]
     last = dict.fromkeys(jobs, 0)
     n = args.jobs * args.events_per_job
 

@@ -41,6 +41,7 @@ from dispatch_core import (
     Discovery,
     GateOpened,
     GateState,
+    JobCreated,
     JobEvent,
     JobSpec,
     Launch,
@@ -50,9 +51,11 @@ from dispatch_core import (
     ObservedObject,
     OpenGate,
     Provenance,
+    RecordItem,
     RecoveryPolicy,
     RecoveryRule,
     Submit,
+    WriterKind,
     decide,
     encode,
     fold,
@@ -62,6 +65,15 @@ from dispatch_core import (
 
 JOB = "bench-job"
 DECLARATIONS = Declarations(node_loss_window_s=60.0)
+
+
+def _writer(event: JobEvent) -> WriterKind:
+    """The writer kind of a bench event: the API made the job, the supervisor the rest."""
+    return WriterKind.API if isinstance(event, JobCreated) else WriterKind.SUPERVISOR
+
+
+def _written(events: list[JobEvent]) -> list[RecordItem]:
+    return [(i, e, _writer(e)) for i, e in enumerate(events, 1)]
 
 
 def build_record(n_events: int) -> tuple[list[tuple[int, bytes]], dict[str, ObservedObject]]:
@@ -83,7 +95,7 @@ def build_record(n_events: int) -> tuple[list[tuple[int, bytes]], dict[str, Obse
     made = 0  # object ids are never reused, as on a real scheduler
     while len(events) < n_events:
         now += timedelta(seconds=30)
-        job = fold(enumerate(events, 1), now)
+        job = fold(_written(events), now)
         discovery = Discovery(
             cluster="toy", job_id=JOB, seen_at=now, objects=tuple(scheduler.values())
         )
@@ -145,7 +157,9 @@ def main() -> None:
 
     encoded, scheduler = build_record(args.events)
     decoder = msgspec.json.Decoder(JobEvent)
-    decoded = [(seq, decoder.decode(data)) for seq, data in encoded]
+    decoded = [
+        (seq, event, _writer(event)) for seq, event in ((s, decoder.decode(d)) for s, d in encoded)
+    ]
     now = datetime(2027, 1, 1, tzinfo=UTC)
     job = fold(decoded, now)
     running = next(iter(scheduler.values()))

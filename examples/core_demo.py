@@ -34,10 +34,12 @@ from dispatch_core import (
     ObservedObject,
     OpenGate,
     Provenance,
+    RecordItem,
     RecoveryPolicy,
     RecoveryRule,
     Stop,
     Submit,
+    WriterKind,
     decide,
     epoch,
     fold,
@@ -60,16 +62,18 @@ def main() -> None:
         )
     )
     spec = JobSpec(cluster="toy", command=("python", "train.py"))
-    record: list[tuple[int, JobEvent]] = []
+    record: list[RecordItem] = []
 
-    def append(*events: JobEvent) -> None:
+    def append(*events: JobEvent, writer: WriterKind = WriterKind.SUPERVISOR) -> None:
+        # The record says which kind of writer appended each event: the API for what a
+        # person decided, the supervisor for the rest (fold refuses any other).
         for event in events:
-            record.append((len(record) + 1, event))
+            record.append((len(record) + 1, event, writer))
 
     created = decide(
         None, Submit(by=alice, job_id=JOB, spec=spec, policy=policy, declarations=DECLARATIONS), now
     )
-    append(*created)
+    append(*created, writer=WriterKind.API)
     plan = fold(record, now).plan
     print(f"submitted {JOB}: uncovered causes {[str(c) for c in plan.uncovered]}")
 
@@ -119,8 +123,8 @@ def main() -> None:
         _toy_scheduler_moves(scheduler, started, now)
 
     print("record:")
-    for seq, event in record:
-        print(f"  {seq:>3} {type(event).__name__}")
+    for seq, event, writer in record:
+        print(f"  {seq:>3} {type(event).__name__:<20} by {writer}")
 
 
 def _toy_scheduler_moves(

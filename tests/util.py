@@ -5,15 +5,23 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from typing import TypeVar, overload
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar, overload
 
 import msgspec
+from nats.aio.client import Client as NATS
 
 from dispatch_cli.client import ApiClient, SseMessage
-from dispatch_core import Status
+from dispatch_core import JobEvent, RecordItem, Status, WriterKind, decode_event, writers_of
+from dispatch_nats import Layout, RecordStore
 
-__all__ = ["ReplayedStatusStream", "assert_eventually"]
+__all__ = [
+    "AsTheirWriters",
+    "ReplayedStatusStream",
+    "assert_eventually",
+    "writer_of",
+    "written",
+]
 
 T = TypeVar("T")
 
@@ -76,3 +84,60 @@ class ReplayedStatusStream(ApiClient):
     ) -> Iterator[SseMessage]:
         for s in self.statuses:
             yield SseMessage(event="status", id=str(s.seq), data=msgspec.json.encode(s).decode())
+
+
+_PREFERENCE = (WriterKind.SUPERVISOR, WriterKind.API, WriterKind.NOTIFIER)
+
+
+def writer_of(*events: JobEvent) -> WriterKind:
+    """The kind of writer that appends ``events`` (together) in production: the supervisor
+    when it may, else the API (what a person decided), else the notifier."""
+    allowed = frozenset(WriterKind)
+    for event in events:
+        allowed &= writers_of(event)
+    for kind in _PREFERENCE:
+        if kind in allowed:
+            return kind
+    raise AssertionError(f"no writer may write all of {events!r}")
+
+
+def written(record: Iterable[tuple[int, JobEvent]]) -> list[RecordItem]:
+    """``(seq, event)`` pairs as ``fold`` takes them: each with the writer kind that appends
+    it in production (:func:`writer_of`)."""
+    return [(seq, event, writer_of(event)) for seq, event in record]
+
+
+class AsTheirWriters(RecordStore):
+    """A record store for tests that play every service: each append goes out as the writer
+    kind that appends its event(s) in production (:func:`writer_of`), through a store of that
+    kind on the same connection; reads are the same for every kind."""
+
+    def __init__(self, nc: NATS, *, layout: Layout, **options: Any) -> None:
+        super().__init__(nc, writer=WriterKind.API, layout=layout, **options)
+        self.by_kind = {k: RecordStore(nc, writer=k, layout=layout, **options) for k in WriterKind}
+
+    async def append(
+        self, job_id: str, payload: bytes, *, expected_last_seq: int, msg_id: str
+    ) -> int:
+        store = self.by_kind[writer_of(decode_event(payload))]
+        return await store.append(
+            job_id, payload, expected_last_seq=expected_last_seq, msg_id=msg_id
+        )
+
+    async def append_many(
+        self,
+        job_id: str,
+        payloads: Sequence[bytes],
+        *,
+        expected_last_seq: int,
+        msg_ids: Sequence[str],
+    ) -> list[int]:
+        store = self.by_kind[writer_of(*(decode_event(p) for p in payloads))]
+        return await store.append_many(
+            job_id, payloads, expected_last_seq=expected_last_seq, msg_ids=msg_ids
+        )
+
+    async def aclose(self) -> None:
+        for store in self.by_kind.values():
+            await store.aclose()
+        await super().aclose()

@@ -13,6 +13,7 @@ from dispatch_core.codec import (
     decode,
     decode_command,
     decode_event,
+    decode_record_event,
     decode_step,
     encode,
 )
@@ -57,6 +58,8 @@ from dispatch_core.errors import (
     MalformedRecord,
     OutOfOrderEvent,
     Refused,
+    UndecodableEvent,
+    WriterRefused,
 )
 from dispatch_core.events import (
     Abandoned,
@@ -86,6 +89,7 @@ from dispatch_core.events import (
     Superseded,
 )
 from dispatch_core.fold import (
+    RecordItem,
     fold,
 )
 from dispatch_core.job import (
@@ -155,6 +159,15 @@ from dispatch_core.steps import (
     Step,
     Stop,
 )
+from dispatch_core.writers import (
+    WRITERS,
+    ByField,
+    WriterKind,
+    WriterRule,
+    event_tag,
+    may_write,
+    writers_of,
+)
 
 __all__ = [
     "CESSATION_INTERVAL_S",
@@ -169,6 +182,7 @@ __all__ = [
     "MAX_SUBMISSION",
     "SHARED_HOLD_FOR_S",
     "SUPERVISOR",
+    "WRITERS",
     "Abandon",
     "AbandonTarget",
     "Abandoned",
@@ -178,6 +192,7 @@ __all__ = [
     "AnyStep",
     "AskCessation",
     "Attempt",
+    "ByField",
     "Cancel",
     "CancelRequested",
     "Cause",
@@ -239,6 +254,7 @@ __all__ = [
     "Plan",
     "PlannedRule",
     "Provenance",
+    "RecordItem",
     "Recovery",
     "RecoveryCommitted",
     "RecoveryPolicy",
@@ -259,23 +275,31 @@ __all__ = [
     "Supersede",
     "Superseded",
     "Transition",
+    "UndecodableEvent",
     "UnknownLaunchPolicy",
     "UtcDatetime",
+    "WriterKind",
+    "WriterRefused",
+    "WriterRule",
     "current_object",
     "decide",
     "decode",
     "decode_command",
     "decode_event",
+    "decode_record_event",
     "decode_step",
     "encode",
     "epoch",
+    "event_tag",
     "fold",
     "is_job_id",
     "make_plan",
+    "may_write",
     "next_steps",
     "project",
     "settled",
     "split_epoch",
     "validate",
     "validate_spec",
+    "writers_of",
 ]

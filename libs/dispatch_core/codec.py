@@ -34,7 +34,7 @@ from dispatch_core.commands import (
     Submit,
     Supersede,
 )
-from dispatch_core.errors import DecodeError
+from dispatch_core.errors import DecodeError, UndecodableEvent
 from dispatch_core.events import JobEvent
 from dispatch_core.job import Job, Status
 from dispatch_core.state import (
@@ -52,6 +52,7 @@ __all__ = [
     "decode",
     "decode_command",
     "decode_event",
+    "decode_record_event",
     "decode_step",
     "encode",
 ]
@@ -154,6 +155,19 @@ def decode_event(data: bytes | str) -> JobEvent:
     """Decode one record event (see :func:`decode`)."""
     result: JobEvent = decode(data, JobEvent)
     return result
+
+
+def decode_record_event(data: bytes | str, *, job_id: str, seq: int) -> JobEvent:
+    """Decode the event at ``seq`` of ``job_id``'s record (see :func:`decode`).
+
+    Raises:
+        UndecodableEvent: it doesn't decode; the message names the job, the seq and why
+            (issue 10: an unreadable event is that job's problem, never another job's).
+    """
+    try:
+        return decode_event(data)
+    except DecodeError as err:
+        raise UndecodableEvent(job_id, seq, err.detail) from err
 
 
 def decode_command(data: bytes | str) -> OperatorCommand:

@@ -18,6 +18,8 @@ __all__ = [
     "MalformedRecord",
     "OutOfOrderEvent",
     "Refused",
+    "UndecodableEvent",
+    "WriterRefused",
 ]
 
 
@@ -70,6 +72,43 @@ class OutOfOrderEvent(MalformedRecord):
     def __init__(self, job_id: str, last_seq: int, got: int) -> None:
         super().__init__(job_id, got, f"sequence {got} is not after {last_seq}")
         self.last_seq, self.got = last_seq, got
+
+
+class WriterRefused(MalformedRecord):
+    """An event appended by a kind of writer that may not write its type (DESIGN.md section 5,
+    issue 10; the table is ``dispatch_core.writers.WRITERS``): a notifier's operator command,
+    a supervisor's job creation. The record is not one dispatch wrote, so ``fold`` refuses it.
+
+    Attributes:
+        event_type: the event's tag, e.g. ``cancel.requested``.
+        writer: the kind of writer that appended it (``api``, ``supervisor``, ``notifier``).
+        allowed: the kinds that may write it, sorted.
+    """
+
+    def __init__(
+        self, job_id: str, seq: int, event_type: str, writer: str, allowed: tuple[str, ...]
+    ) -> None:
+        may = ", ".join(allowed) or "no writer"
+        super().__init__(
+            job_id,
+            seq,
+            f"{event_type} was appended by a {writer} writer, which may not write it "
+            f"(may write it: {may})",
+        )
+        self.event_type, self.writer, self.allowed = event_type, writer, allowed
+
+
+class UndecodableEvent(MalformedRecord):
+    """An event of a job's record that does not decode (issue 10, "Poison contained"): that
+    job's reads fail with this error, naming the job and the sequence; no other job's do.
+
+    Attributes:
+        detail: the decoder's message (the value and its path).
+    """
+
+    def __init__(self, job_id: str, seq: int, detail: str) -> None:
+        super().__init__(job_id, seq, f"the event does not decode: {detail}")
+        self.detail = detail
 
 
 class InvalidPolicy(DispatchError, ValueError):

@@ -20,7 +20,7 @@ from typing import assert_never
 
 from msgspec.structs import replace
 
-from dispatch_core.errors import MalformedRecord, OutOfOrderEvent
+from dispatch_core.errors import MalformedRecord, OutOfOrderEvent, WriterRefused
 from dispatch_core.events import (
     Abandoned,
     AbandonTarget,
@@ -70,8 +70,13 @@ from dispatch_core.state import (
     RecoveryPolicy,
     State,
 )
+from dispatch_core.writers import WriterKind, event_tag, writers_of
 
-__all__ = ["fold"]
+__all__ = ["RecordItem", "fold"]
+
+RecordItem = tuple[int, JobEvent, WriterKind]
+"""One event of a record as ``fold`` takes it: its stream seq, the event, and the kind of
+writer that appended it (contract v2's record subject says which)."""
 
 
 class _Sub:
@@ -546,12 +551,13 @@ def _abandon(acc: _Acc, seq: int, ev: Abandoned) -> None:
     acc.abandoned.append(target)
 
 
-def fold(record: Iterable[tuple[int, JobEvent]], now: datetime, *, prior: Job | None = None) -> Job:
+def fold(record: Iterable[RecordItem], now: datetime, *, prior: Job | None = None) -> Job:
     """Replay a job's record into a :class:`Job` (seed 000, ``Fold``).
 
     Args:
-        record: ``(seq, event)`` pairs in stream order; ``seq`` is the JetStream stream
-            sequence (gaps are normal: the stream holds every job's events).
+        record: ``(seq, event, writer)`` items in stream order; ``seq`` is the JetStream
+            stream sequence (gaps are normal: the stream holds every job's events), ``writer``
+            the kind of writer that appended the event (DESIGN.md section 5).
         now: the time of the read; accepted for symmetry with the seed's ``Fold(v, now)``;
             the result does not depend on it.
         prior: a Job folded from an earlier prefix of the same record; ``record`` then holds
@@ -561,6 +567,9 @@ def fold(record: Iterable[tuple[int, JobEvent]], now: datetime, *, prior: Job | 
         The folded job; ``seq`` is the last event's sequence.
 
     Raises:
+        WriterRefused: an event was appended by a kind of writer that may not write its type
+            (``dispatch_core.writers.WRITERS``; issue 10); the message names job, seq, event
+            type and writer.
         OutOfOrderEvent: a sequence is not after the previous one (naming both).
         MalformedRecord: the record is empty, doesn't begin with ``job.created``, has a
             second one, holds another job's event, or an event references something that
@@ -576,30 +585,35 @@ def fold(record: Iterable[tuple[int, JobEvent]], now: datetime, *, prior: Job | 
         first = next(events, None)
         if first is None:
             raise MalformedRecord("", 0, "the record is empty; a record begins with job.created")
-        seq, ev = first
+        seq, ev, writer = first
         if seq < 1:
             raise OutOfOrderEvent(ev.job_id, 0, seq)
+        _check_writer(ev.job_id, seq, ev, writer)
         if not isinstance(ev, JobCreated):
             raise MalformedRecord(
                 ev.job_id,
                 seq,
-                f"the record begins with {type(ev).__name__} ({_tag(ev)}), not job.created",
+                f"the record begins with {type(ev).__name__} ({event_tag(ev)}), not job.created",
             )
         acc = _Acc.created(seq, ev)
     # The hot loop: locals, and the sequence written back once at the end.
     job_id, last = acc.job_id, acc.seq
-    for seq, ev in events:
+    for seq, ev, writer in events:
         if seq <= last:
             raise OutOfOrderEvent(job_id, last, seq)
         if ev.job_id != job_id:
-            raise acc.bad(seq, f"{_tag(ev)} of job {ev.job_id!r} in the record of {job_id!r}")
+            raise acc.bad(seq, f"{event_tag(ev)} of job {ev.job_id!r} in the record of {job_id!r}")
+        _check_writer(job_id, seq, ev, writer)
         _apply(acc, seq, ev)
         last = seq
     acc.seq = last
     return acc.freeze()
 
 
-def _tag(ev: JobEvent) -> str:
-    """The event's wire tag (``job.created``...), for messages."""
-    tag = type(ev).__struct_config__.tag
-    return str(tag)
+def _check_writer(job_id: str, seq: int, ev: JobEvent, writer: WriterKind) -> None:
+    """Refuse an event its writer may not write (issue 10, "Writer kinds")."""
+    allowed = writers_of(ev)
+    if writer not in allowed:
+        raise WriterRefused(
+            job_id, seq, event_tag(ev), str(writer), tuple(sorted(str(w) for w in allowed))
+        )

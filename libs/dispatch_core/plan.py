@@ -81,6 +81,7 @@ from dispatch_core.steps import (
     Step,
     Stop,
 )
+from dispatch_core.writers import WriterKind
 
 __all__ = ["GONE_DETAIL", "STOP_INTERVAL_S", "next_steps"]
 
@@ -161,7 +162,9 @@ class _Pass:
 
     def apply(self, event: JobEvent) -> None:
         """Fold ``event`` into the working job, as the record will once it is committed."""
-        self.job = fold(((self.job.seq + 1, event),), self.now, prior=self.job)
+        self.job = fold(
+            ((self.job.seq + 1, event, WriterKind.SUPERVISOR),), self.now, prior=self.job
+        )
         self._primary = _UNSET
 
     def commit(self, what: str, which: object, event: JobEvent) -> None:

@@ -28,6 +28,7 @@ from dispatch_nats.contract import (
 from dispatch_nats.errors import (
     AppendOutcomeUnknown,
     ConcurrencyConflict,
+    ContractVersionMismatch,
     InvalidName,
     JetStreamApiError,
     JetStreamTemporaryError,
@@ -47,6 +48,7 @@ __all__ = [
     "DEFAULT_LAYOUT",
     "AppendOutcomeUnknown",
     "ConcurrencyConflict",
+    "ContractVersionMismatch",
     "Delivery",
     "InvalidName",
     "JetStreamApiError",

@@ -35,6 +35,7 @@ from dispatch_nats.errors import PayloadTooLarge, StoreUnavailable, StreamNotFou
 log = logging.getLogger("dispatch_nats")
 
 EXPECTED_LAST_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
+EXPECTED_LAST_SUBJECT_SEQ_SUBJECT: Final = "Nats-Expected-Last-Subject-Sequence-Subject"
 MSG_ID: Final = "Nats-Msg-Id"
 STATUS: Final = "Status"
 DESCRIPTION: Final = "Description"

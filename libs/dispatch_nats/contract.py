@@ -6,14 +6,22 @@ README cites it. A change that an existing reader or an existing stream would no
 
 Subjects (`<job>` and `<cluster>` are tokens of lower-case letters, digits and `-`):
 
-`dispatch.record.<job>` in stream `DISPATCH_RECORD`
-    The job's record: its events, append-only, in order. Each payload is one msgspec-encoded
-    event; the JetStream stream sequence is the event's seq (it is never in the payload).
-    Every append carries `Nats-Expected-Last-Subject-Sequence` (the seq of the job's last
-    event, 0 for the first), so two writers never both extend the same version, and a
-    `Nats-Msg-Id` (the step's idempotency key), so a retried append is stored once. Limits
-    retention with no limits, `deny_delete` and `deny_purge`: nothing is ever removed.
-    `allow_direct` for fast reads, `allow_atomic` for all-or-nothing multi-event appends.
+`dispatch.record.<job>.<writer>` in stream `DISPATCH_RECORD` (stream subjects
+`dispatch.record.*.*`)
+    The job's record: its events, append-only, in order. `<writer>` is the kind of writer
+    that appended the event (`api`, `supervisor` or `notifier`: `dispatch_core.WriterKind`),
+    so nats-server's permissions can let each service's identity publish only its own
+    subjects, and `fold` refuses an event type its writer may not write (contract v2). A
+    job's record is every message matching `dispatch.record.<job>.*`, in stream-sequence
+    order. Each payload is one msgspec-encoded event; the JetStream stream sequence is the
+    event's seq (it is never in the payload). Every append carries
+    `Nats-Expected-Last-Subject-Sequence` (the seq of the job's last event, 0 for the first)
+    with `Nats-Expected-Last-Subject-Sequence-Subject: dispatch.record.<job>.*`, so the check
+    is against the job's whole record whoever wrote it and two writers never both extend the
+    same version, and a `Nats-Msg-Id` (the step's idempotency key), so a retried append is
+    stored once. Limits retention with no limits, `deny_delete` and `deny_purge`: nothing is
+    ever removed. `allow_direct` for fast reads, `allow_atomic` for all-or-nothing
+    multi-event appends.
 
 `dispatch.discovery.<cluster>.<job>` in stream `DISPATCH_DISCOVERY`
     The latest Discovery of a job: what the observer of `<cluster>` sees of the job's
@@ -46,7 +54,11 @@ A `Layout` with a `namespace` prefixes every subject and stream name, so several
 installations (or tests) can share one NATS account; the default layout is the contract
 above.
 
-Requires nats-server 2.12 or later (batch direct get is 2.11, atomic batch publish 2.12).
+Requires nats-server 2.12 or later (batch direct get and the expected-last-subject-sequence
+subject header are 2.11, atomic batch publish 2.12).
+
+Versions: 1 had one record subject per job (`dispatch.record.<job>`); 2 (this one) names the
+writer kind in it. `ensure_streams` refuses the streams of another version, saying what to do.
 """
 
 from __future__ import annotations
@@ -58,8 +70,14 @@ from typing import Any, Final
 
 from nats.aio.client import Client as NATS
 
+from dispatch_core import WriterKind
 from dispatch_nats._wire import Wire
-from dispatch_nats.errors import InvalidName, JetStreamApiError, StreamConfigConflict
+from dispatch_nats.errors import (
+    ContractVersionMismatch,
+    InvalidName,
+    JetStreamApiError,
+    StreamConfigConflict,
+)
 
 __all__ = [
     "CONTRACT_METADATA_KEY",
@@ -68,6 +86,7 @@ __all__ = [
     "DISCOVERY_STREAM",
     "DUPLICATE_WINDOW_S",
     "EXPECTED_LAST_SUBJECT_SEQ_HEADER",
+    "EXPECTED_LAST_SUBJECT_SEQ_SUBJECT_HEADER",
     "MSG_ID_HEADER",
     "RECORD_STREAM",
     "STATUS_STREAM",
@@ -85,7 +104,7 @@ __all__ = [
     "work_subject",
 ]
 
-CONTRACT_VERSION: Final = 1
+CONTRACT_VERSION: Final = 2
 """Version of the stream layout and subject names; stamped into each stream's metadata."""
 
 CONTRACT_METADATA_KEY: Final = "dispatch.contract"
@@ -101,6 +120,10 @@ WAKE_AT_HEADER: Final = "Dispatch-Wake-At"
 
 EXPECTED_LAST_SUBJECT_SEQ_HEADER: Final = "Nats-Expected-Last-Subject-Sequence"
 """Header of every record append: the seq of the job's last event (0: the record is empty)."""
+
+EXPECTED_LAST_SUBJECT_SEQ_SUBJECT_HEADER: Final = "Nats-Expected-Last-Subject-Sequence-Subject"
+"""Header of every record append: the subject filter the expected seq is checked against,
+`dispatch.record.<job>.*` (the job's whole record, whoever wrote it; nats-server 2.11+)."""
 
 MSG_ID_HEADER: Final = "Nats-Msg-Id"
 """Header of every record append: the event's idempotency key, unique per event."""
@@ -127,6 +150,19 @@ def validate_job_id(job_id: str) -> str:
         InvalidName: it is empty or has a character other than `a-z`, `0-9` and `-`.
     """
     return _validate_token("job id", job_id)
+
+
+def _writer(writer: str) -> WriterKind:
+    """Return `writer` as a writer kind.
+
+    Raises:
+        InvalidName: it is not one (`api`, `supervisor`, `notifier`).
+    """
+    try:
+        return WriterKind(writer)
+    except ValueError:
+        kinds = ", ".join(k.value for k in WriterKind)
+        raise InvalidName("writer kind", str(writer), f"use one of {kinds}") from None
 
 
 def validate_cluster(cluster: str) -> str:
@@ -228,29 +264,69 @@ class Layout:
             raise InvalidName("work subject", subject, f"must start with {prefix!r}")
         return validate_job_id(subject[len(prefix) :])
 
-    def record_subject(self, job_id: str) -> str:
-        """Return `dispatch.record.<job>`, the subject of the job's record.
+    def record_subject(self, job_id: str, writer: WriterKind) -> str:
+        """Return `dispatch.record.<job>.<writer>`, where a writer of that kind appends to the
+        job's record.
+
+        Raises:
+            InvalidName: `job_id` is not a subject-safe token, or `writer` not a writer kind.
+        """
+        return f"{self.root}.record.{validate_job_id(job_id)}.{_writer(writer)}"
+
+    def record_job_filter(self, job_id: str) -> str:
+        """Return `dispatch.record.<job>.*`: the job's whole record, every writer's appends.
 
         Raises:
             InvalidName: `job_id` is not a subject-safe token.
         """
-        return f"{self.root}.record.{validate_job_id(job_id)}"
+        return f"{self.root}.record.{validate_job_id(job_id)}.*"
 
     @property
     def record_filter(self) -> str:
-        """`dispatch.record.*`: every job's record."""
-        return f"{self.root}.record.*"
+        """`dispatch.record.*.*`: every job's record (the record stream's subjects)."""
+        return f"{self.root}.record.*.*"
 
-    def job_id_from_record_subject(self, subject: str) -> str:
-        """Return the job id of a record subject.
+    def record_writer_filter(self, writer: WriterKind) -> str:
+        """Return `dispatch.record.*.<writer>`: every append by writers of that kind (what the
+        identity of such a writer may publish).
 
         Raises:
-            InvalidName: `subject` is not a record subject of this layout.
+            InvalidName: `writer` is not a writer kind.
+        """
+        return f"{self.root}.record.*.{_writer(writer)}"
+
+    def parse_record_subject(self, subject: str) -> tuple[str, WriterKind]:
+        """Return the job id and writer kind of a record subject.
+
+        Raises:
+            InvalidName: `subject` is not a record subject of this layout (a v1 subject
+                `dispatch.record.<job>` included).
         """
         prefix = f"{self.root}.record."
         if not subject.startswith(prefix):
             raise InvalidName("record subject", subject, f"must start with {prefix!r}")
-        return validate_job_id(subject[len(prefix) :])
+        job_id, dot, writer = subject[len(prefix) :].partition(".")
+        if not dot:
+            raise InvalidName(
+                "record subject", subject, f"must be {prefix}<job>.<writer> (contract v2)"
+            )
+        return validate_job_id(job_id), _writer(writer)
+
+    def job_id_from_record_subject(self, subject: str) -> str:
+        """Return the job id of a record subject, without checking its writer token (a read
+        of the job refuses an unknown writer kind, naming the job and seq: the job's
+        problem, not the problem of whoever follows every record).
+
+        Raises:
+            InvalidName: `subject` is not `dispatch.record.<job>.<token>` with a valid job id.
+        """
+        prefix = f"{self.root}.record."
+        job_id, dot, writer = subject.removeprefix(prefix).partition(".")
+        if not subject.startswith(prefix) or not dot or not writer:
+            raise InvalidName(
+                "record subject", subject, f"must be {prefix}<job>.<writer> (contract v2)"
+            )
+        return validate_job_id(job_id)
 
     def discovery_subject(self, cluster: str, job_id: str) -> str:
         """Return `dispatch.discovery.<cluster>.<job>`, where the job's latest Discovery is.
@@ -351,9 +427,9 @@ DEFAULT_LAYOUT: Final = Layout()
 """The public contract's names."""
 
 
-def record_subject(job_id: str) -> str:
-    """Return `dispatch.record.<job>` (see `Layout.record_subject`)."""
-    return DEFAULT_LAYOUT.record_subject(job_id)
+def record_subject(job_id: str, writer: WriterKind) -> str:
+    """Return `dispatch.record.<job>.<writer>` (see `Layout.record_subject`)."""
+    return DEFAULT_LAYOUT.record_subject(job_id, writer)
 
 
 def discovery_subject(cluster: str, job_id: str) -> str:
@@ -483,6 +559,25 @@ async def _ensure_stream(
 
 
 def _check(name: str, wanted: dict[str, Any], info: dict[str, Any]) -> None:
-    diffs = _differences(wanted, info.get("config") or {})
+    actual = info.get("config") or {}
+    version = (actual.get("metadata") or {}).get(CONTRACT_METADATA_KEY)
+    if version != str(CONTRACT_VERSION):
+        found = None if version is None else str(version)
+        advice = _UPGRADE.get(found or "", "")
+        raise ContractVersionMismatch(name, found, CONTRACT_VERSION, advice)
+    diffs = _differences(wanted, actual)
     if diffs:
         raise StreamConfigConflict(name, diffs)
+
+
+_UPGRADE: Final = {
+    "1": (
+        "contract v1 kept a job's record on one subject (dispatch.record.<job>); v2 names the "
+        "writer kind (dispatch.record.<job>.<writer>) so that permissions and fold can tell "
+        "who appended each event, and a v1 record can't be read as v2. Stop every service of "
+        "the old build, let it finish or cancel its jobs, back the streams up if their "
+        "records matter (`nats stream backup`), delete the v1 streams (DISPATCH_RECORD, "
+        "DISPATCH_DISCOVERY, DISPATCH_STATUS, DISPATCH_WORK, or your namespace's), then "
+        "start this build, which creates them anew; or keep running the v1 build"
+    ),
+}

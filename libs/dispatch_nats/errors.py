@@ -13,6 +13,7 @@ from typing import ClassVar
 __all__ = [
     "AppendOutcomeUnknown",
     "ConcurrencyConflict",
+    "ContractVersionMismatch",
     "InvalidName",
     "JetStreamApiError",
     "JetStreamTemporaryError",
@@ -106,6 +107,24 @@ class StreamConfigConflict(NatsStoreError):
             f"stream {stream!r} conflicts with the dispatch contract: " + "; ".join(differences)
         )
         self.stream, self.differences = stream, differences
+
+
+class ContractVersionMismatch(StreamConfigConflict):
+    """A stream was made for another version of the NATS contract (e.g. v1's record subjects
+    without the writer kind); the message says what to do."""
+
+    def __init__(self, stream: str, found: str | None, wanted: int, what_to_do: str) -> None:
+        found_text = f"v{found}" if found else "no version (not made by dispatch)"
+        advice = what_to_do or (
+            f"run the build that speaks {found_text}, or move the stream aside and let this "
+            "build create it anew"
+        )
+        StreamConfigConflict.__init__(
+            self,
+            stream,
+            [f"it was made for NATS contract {found_text}; this build speaks v{wanted}: {advice}"],
+        )
+        self.found, self.wanted = found, wanted
 
 
 class StoreUnavailable(NatsStoreError):

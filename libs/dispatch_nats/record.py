@@ -3,8 +3,14 @@
 Payloads are opaque bytes here (the typed layer encodes and decodes events); what this
 module guarantees is the record's order, optimistic concurrency and idempotency:
 
+* A store is built with the writer kind of its identity (`RecordStore(nc, writer=...)`), and
+  every append goes to that writer's subject of the job, `dispatch.record.<job>.<writer>`
+  (contract v2); reads take the job's whole record, `dispatch.record.<job>.*`, and each
+  `RecordEntry` says which kind of writer appended it.
 * `append` extends a job's record only if its last seq is still `expected_last_seq`
-  (`Nats-Expected-Last-Subject-Sequence`), else raises `ConcurrencyConflict`.
+  (`Nats-Expected-Last-Subject-Sequence`, checked against the job's whole record with
+  `Nats-Expected-Last-Subject-Sequence-Subject: dispatch.record.<job>.*`, whoever wrote its
+  last event), else raises `ConcurrencyConflict`.
 * A retried append (same `msg_id`) is stored once and returns the first try's seq, even
   when JetStream answers the retry with `wrong last sequence` (it checks the expected seq
   before deduplicating) and even when another writer appended after the first try: the
@@ -33,9 +39,11 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
+from dispatch_core import MalformedRecord, WriterKind
 from dispatch_nats._feed import MessageFeed, OrderedFeed
 from dispatch_nats._wire import (
     EXPECTED_LAST_SUBJECT_SEQ,
+    EXPECTED_LAST_SUBJECT_SEQ_SUBJECT,
     MSG_ID,
     PUB_ACK_DECODER,
     NoResponders,
@@ -87,6 +95,9 @@ class RecordEntry(msgspec.Struct, frozen=True, kw_only=True):
     """The `Nats-Msg-Id` it was appended with (None if written without one)."""
     time: datetime
     """When JetStream stored it (UTC, microseconds)."""
+    writer: WriterKind
+    """The kind of writer that appended it (from its subject, `dispatch.record.<job>.<writer>`);
+    `fold` checks it may write the event's type."""
 
 
 class RecordChange(NamedTuple):
@@ -130,6 +141,7 @@ class RecordStore:
         self,
         nc: NATS,
         *,
+        writer: WriterKind,
         layout: Layout = DEFAULT_LAYOUT,
         ack_timeout_s: float = 2.0,
         read_timeout_s: float = 2.0,
@@ -143,6 +155,9 @@ class RecordStore:
 
         Args:
             nc: a connected NATS client.
+            writer: the kind of writer this store appends as (its identity's: `api`,
+                `supervisor` or `notifier`); every append goes to
+                `dispatch.record.<job>.<writer>`.
             layout: stream and subject names; the public contract's by default.
             ack_timeout_s: how long one publish waits for JetStream's ack, in seconds.
             read_timeout_s: how long a read waits for each reply, in seconds.
@@ -156,6 +171,7 @@ class RecordStore:
         if attempts < 1:
             raise ValueError(f"attempts must be >= 1, got {attempts}")
         self._layout = layout
+        self._writer = WriterKind(writer)
         self._wire = Wire(nc, max_in_flight=max_in_flight)
         self._ack_timeout_s = ack_timeout_s
         self._read_timeout_s = read_timeout_s
@@ -169,6 +185,19 @@ class RecordStore:
     def layout(self) -> Layout:
         """The stream and subject names in use."""
         return self._layout
+
+    @property
+    def writer(self) -> WriterKind:
+        """The kind of writer this store appends as."""
+        return self._writer
+
+    def _append_headers(self, job_id: str, expected_last_seq: int) -> dict[str, str]:
+        """The optimistic-concurrency headers of an append: checked against the job's whole
+        record (every writer's subject), not only this writer's."""
+        return {
+            EXPECTED_LAST_SUBJECT_SEQ: str(expected_last_seq),
+            EXPECTED_LAST_SUBJECT_SEQ_SUBJECT: self._layout.record_job_filter(job_id),
+        }
 
     async def aclose(self) -> None:
         """Release the store's reply subscription (the connection stays open)."""
@@ -204,11 +233,11 @@ class RecordStore:
             StoreUnavailable: the connection is closed.
             JetStreamApiError: JetStream refused the append for another reason.
         """
-        subject = self._layout.record_subject(job_id)
+        subject = self._layout.record_subject(job_id, self._writer)
         _check_msg_id(msg_id)
         if expected_last_seq < 0:
             raise ValueError(f"expected_last_seq must be >= 0, got {expected_last_seq}")
-        headers = {EXPECTED_LAST_SUBJECT_SEQ: str(expected_last_seq), MSG_ID: msg_id}
+        headers = {**self._append_headers(job_id, expected_last_seq), MSG_ID: msg_id}
         unknown = False  # an earlier try timed out: it may yet be stored
         for attempt in range(1, self._attempts + 1):
             try:
@@ -221,7 +250,7 @@ class RecordStore:
                 )
             except ReplyTimeout:
                 unknown = True
-                found = await self._after_timeout(job_id, subject, expected_last_seq, [msg_id])
+                found = await self._after_timeout(job_id, expected_last_seq, [msg_id])
                 if found is not None:
                     return found[msg_id]
                 continue
@@ -234,9 +263,7 @@ class RecordStore:
                     await self._check_duplicate(job_id, subject, msg_id, ack.seq)
                 return ack.seq
             if ack.error.err_code == _ERR_WRONG_LAST_SEQ:
-                return (
-                    await self._resolve_conflict(job_id, subject, expected_last_seq, ack, [msg_id])
-                )[0]
+                return (await self._resolve_conflict(job_id, expected_last_seq, ack, [msg_id]))[0]
             raise api_error(
                 f"job {job_id!r}: record append",
                 ack.error.code,
@@ -284,7 +311,7 @@ class RecordStore:
                     job_id, payloads[0], expected_last_seq=expected_last_seq, msg_id=msg_ids[0]
                 )
             ]
-        subject = self._layout.record_subject(job_id)
+        subject = self._layout.record_subject(job_id, self._writer)
         for msg_id in msg_ids:
             _check_msg_id(msg_id)
         if expected_last_seq < 0:
@@ -299,7 +326,7 @@ class RecordStore:
                 for i in range(n - 1):
                     headers = {_BATCH_ID: batch_id, _BATCH_SEQ: str(i + 1), MSG_ID: msg_ids[i]}
                     if i == 0:
-                        headers[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seq)
+                        headers.update(self._append_headers(job_id, expected_last_seq))
                     await self._wire.publish("record append_many", subject, payloads[i], headers)
                 reply = await self._wire.request(
                     "record append_many",
@@ -315,7 +342,7 @@ class RecordStore:
                 )
             except ReplyTimeout:
                 unknown = True
-                found = await self._after_timeout(job_id, subject, expected_last_seq, msg_ids)
+                found = await self._after_timeout(job_id, expected_last_seq, msg_ids)
                 if found is not None:
                     return [found[m] for m in msg_ids]
                 continue
@@ -334,13 +361,11 @@ class RecordStore:
                 # A batch is committed as one block: its seqs are consecutive.
                 return list(range(ack.seq - n + 1, ack.seq + 1))
             if ack.error.err_code == _ERR_WRONG_LAST_SEQ:
-                return await self._resolve_conflict(
-                    job_id, subject, expected_last_seq, ack, msg_ids
-                )
+                return await self._resolve_conflict(job_id, expected_last_seq, ack, msg_ids)
             if ack.error.err_code == _ERR_BATCH_DUPLICATE_MSG_ID:
                 # For a batch JetStream checks msg ids before the expected seq: a retry of a
                 # stored batch lands here rather than on "wrong last sequence".
-                found = await self._find(subject, expected_last_seq, msg_ids, through=None)
+                found = await self._find(job_id, expected_last_seq, msg_ids, through=None)
                 if len(found) == n:
                     return [found[m] for m in msg_ids]
             elif ack.error.err_code == _ERR_BATCH_INCOMPLETE:
@@ -358,7 +383,7 @@ class RecordStore:
         raise AppendOutcomeUnknown(job_id, msg_ids[-1], expected_last_seq, self._attempts)
 
     async def _after_timeout(
-        self, job_id: str, subject: str, expected: int, msg_ids: Sequence[str]
+        self, job_id: str, expected: int, msg_ids: Sequence[str]
     ) -> dict[str, int] | None:
         """Resolve a publish that got no ack: it may have been stored. None if not (yet) found."""
         log.warning(
@@ -366,7 +391,7 @@ class RecordStore:
             extra={"job_id": job_id, "msg_id": msg_ids[-1], "expected": expected},
         )
         try:
-            found = await self._find(subject, expected, msg_ids, through=None)
+            found = await self._find(job_id, expected, msg_ids, through=None)
         except (StoreUnavailable, StreamNotFound):
             return None  # still no answer: try publishing again (deduplicated if it landed)
         if len(found) == len(msg_ids):
@@ -378,13 +403,13 @@ class RecordStore:
         return None
 
     async def _resolve_conflict(
-        self, job_id: str, subject: str, expected: int, ack: PubAck, msg_ids: Sequence[str]
+        self, job_id: str, expected: int, ack: PubAck, msg_ids: Sequence[str]
     ) -> list[int]:
         """Tell a retry whose earlier try landed (return its seqs) from a lost race (raise)."""
         assert ack.error is not None
         match = _WRONG_LAST_SEQ.search(ack.error.description)
         actual = int(match.group(1)) if match else 0
-        found = await self._find(subject, expected, msg_ids, through=actual or None)
+        found = await self._find(job_id, expected, msg_ids, through=actual or None)
         if len(found) == len(msg_ids):
             log.info(
                 "record.append.resolved",
@@ -431,9 +456,10 @@ class RecordStore:
             raise MsgIdReused(job_id, msg_id, seq, other_subject)
 
     async def _find(
-        self, subject: str, after: int, msg_ids: Collection[str], *, through: int | None
+        self, job_id: str, after: int, msg_ids: Collection[str], *, through: int | None
     ) -> dict[str, int]:
-        """Return the seqs of `msg_ids` among the subject's events after seq `after`.
+        """Return the seqs of `msg_ids` among the job's events after seq `after` (every
+        writer's: the expected seq is checked against the whole record).
 
         With `through` (the last seq JetStream reported for the subject), a read that did not
         reach it came from a lagging replica (direct gets may be served by followers) and is
@@ -441,18 +467,19 @@ class RecordStore:
         """
         found: dict[str, int] = {}
         for attempt in range(_STALE_READ_RETRIES):
-            found, last_seen = await self._scan(subject, after, msg_ids)
+            found, last_seen = await self._scan(job_id, after, msg_ids)
             if len(found) == len(msg_ids) or through is None or last_seen >= through:
                 break
             await asyncio.sleep(0.02 * (attempt + 1))
         return found
 
     async def _scan(
-        self, subject: str, after: int, msg_ids: Collection[str]
+        self, job_id: str, after: int, msg_ids: Collection[str]
     ) -> tuple[dict[str, int], int]:
         wanted = set(msg_ids)
         found: dict[str, int] = {}
         last_seen = after
+        subject = self._layout.record_job_filter(job_id)
         async for msgs in self._pages(subject, after, f"scan {subject!r}"):
             for msg in msgs:
                 last_seen = header_int(msg, "Nats-Sequence")
@@ -466,6 +493,7 @@ class RecordStore:
     # ---------------------------------------------------------------- read
 
     def _pages(self, subject: str, after: int, what: str) -> _PageIter:
+        """Pages of the messages matching `subject` (a filter) after seq `after`."""
         return _PageIter(self, subject, after, what)
 
     async def read(self, job_id: str, after_seq: int = 0) -> list[RecordEntry]:
@@ -483,17 +511,44 @@ class RecordStore:
 
         Raises:
             InvalidName: bad job id.
+            MalformedRecord: an event was appended on a subject that names no writer kind
+                (naming the job and seq).
             ValueError: `after_seq` is negative.
             StreamNotFound: the record stream does not answer.
             StoreUnavailable: a reply did not come within `read_timeout_s`.
         """
-        subject = self._layout.record_subject(job_id)
+        subject = self._layout.record_job_filter(job_id)
         if after_seq < 0:
             raise ValueError(f"after_seq must be >= 0, got {after_seq}")
         out: list[RecordEntry] = []
         async for msgs in self._pages(subject, after_seq, f"job {job_id!r}: read record"):
-            out.extend(_entry(m) for m in msgs)
+            out.extend(self._entry(job_id, m) for m in msgs)
         return out
+
+    def _entry(self, job_id: str, msg: Msg) -> RecordEntry:
+        """The entry of a direct-get reply.
+
+        Raises:
+            MalformedRecord: its subject names no writer kind (not appended by dispatch: the
+                stream's subjects are `dispatch.record.*.*`, so anyone allowed to publish could
+                use any last token); naming the job and seq, so only this job's reads fail.
+        """
+        headers = msg.headers or {}
+        seq = int(headers["Nats-Sequence"])
+        subject = headers["Nats-Subject"]
+        try:
+            _, writer = self._layout.parse_record_subject(subject)
+        except InvalidName as err:
+            raise MalformedRecord(
+                job_id, seq, f"appended on {subject!r}, which names no writer kind: {err}"
+            ) from err
+        return RecordEntry(
+            seq=seq,
+            payload=msg.data,
+            msg_id=headers.get(MSG_ID),
+            time=parse_nats_time(headers["Nats-Time-Stamp"]),
+            writer=writer,
+        )
 
     async def last_seq(self, job_id: str) -> int:
         """Return the seq of the job's last event, 0 if it has none.
@@ -503,7 +558,7 @@ class RecordStore:
             StreamNotFound: the record stream does not answer.
             StoreUnavailable: no reply within `read_timeout_s`.
         """
-        subject = self._layout.record_subject(job_id)
+        subject = self._layout.record_job_filter(job_id)
         msg = await self._wire.direct_get(
             f"job {job_id!r}: last seq",
             self._stream,
@@ -523,7 +578,8 @@ class RecordStore:
         return sorted((await self.job_event_counts()).keys())
 
     async def job_event_counts(self) -> dict[str, int]:
-        """Return each job's number of events, from the stream's per-subject counts.
+        """Return each job's number of events, from the stream's per-subject counts (the sum
+        over the job's writer subjects).
 
         Pages through `STREAM.INFO` with `subjects_filter` (nats-py's `stream_info` keeps
         only the first page).
@@ -533,17 +589,20 @@ class RecordStore:
             StoreUnavailable: JetStream did not answer within `read_timeout_s`.
         """
         counts: dict[str, int] = {}
+        offset = 0  # subjects seen: a job has one per writer kind that appended to it
         while True:
             info = await self._stream_info(
                 {
                     "subjects_filter": self._layout.record_filter,
-                    "offset": len(counts),
+                    "offset": offset,
                 }
             )
             subjects: dict[str, int] = (info.get("state") or {}).get("subjects") or {}
             for subject, n in subjects.items():
-                counts[self._layout.job_id_from_record_subject(subject)] = int(n)
-            if not subjects or len(counts) >= int(info.get("total") or 0):
+                job_id = self._layout.job_id_from_record_subject(subject)
+                counts[job_id] = counts.get(job_id, 0) + int(n)
+            offset += len(subjects)
+            if not subjects or offset >= int(info.get("total") or 0):
                 return counts
 
     async def stream_last_seq(self) -> int:
@@ -678,16 +737,6 @@ class _PageIter:
             self._next = header_int(msgs[-1], "Nats-Sequence") + 1
             return msgs
         raise StopAsyncIteration
-
-
-def _entry(msg: Msg) -> RecordEntry:
-    headers = msg.headers or {}
-    return RecordEntry(
-        seq=int(headers["Nats-Sequence"]),
-        payload=msg.data,
-        msg_id=headers.get(MSG_ID),
-        time=parse_nats_time(headers["Nats-Time-Stamp"]),
-    )
 
 
 def _decode_ack(reply: Msg) -> PubAck:

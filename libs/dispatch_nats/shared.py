@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Final, Self
@@ -30,6 +31,7 @@ from nats.js.errors import APIError
 from dispatch_nats._wire import Wire
 from dispatch_nats.contract import _validate_token
 from dispatch_nats.errors import (
+    InvalidName,
     JetStreamApiError,
     NatsStoreError,
     StoreUnavailable,
@@ -38,6 +40,8 @@ from dispatch_nats.errors import (
 )
 
 __all__ = ["Delivery", "SharedFeed"]
+
+log = logging.getLogger("dispatch_nats.shared")
 
 _ERR_STREAM_NOT_FOUND: Final = 10059
 _RETRY_S: Final = 0.2  # pause before fetching again after a transient client error, seconds
@@ -260,7 +264,19 @@ class SharedFeed:
                     ) from err
                 await asyncio.sleep(_RETRY_S)  # a reconnect or a leader change: fetch again
         msg = self._buffer.pop(0)
-        return Delivery(msg, self._job_of(msg.subject))
+        try:
+            job_id = self._job_of(msg.subject)
+        except InvalidName as err:
+            # Not a subject dispatch writes (a raw publish into the stream's wildcard):
+            # nobody can handle it, and it must not stop the feed for every other job.
+            log.error(
+                "shared.unhandleable_subject",
+                extra={"durable": self._durable, "subject": msg.subject, "error": str(err)},
+            )
+            with contextlib.suppress(NatsError):
+                await msg.term()
+            return await self.__anext__()
+        return Delivery(msg, job_id)
 
     async def aclose(self) -> None:
         """Stop fetching (the durable consumer stays for the other replicas). Idempotent.

@@ -42,14 +42,15 @@ from dispatch_core import (
     JobCreated,
     JobEvent,
     JobSpec,
+    RecordItem,
     Refused,
     State,
     Status,
     Supersede,
     Superseded,
+    WriterKind,
     decide,
     decode,
-    decode_event,
     encode,
     fold,
     is_job_id,
@@ -90,6 +91,7 @@ from services.api.schemas import (
     decode_body,
     strict_command,
 )
+from services.common.records import record_items
 
 __all__ = ["MAX_SEQ", "Operations"]
 
@@ -157,8 +159,12 @@ def _suffix(seed: str | None) -> str:
     return base64.b32encode(raw).decode().lower()
 
 
-def _events(entries: Iterable[RecordEntry]) -> list[tuple[int, JobEvent]]:
-    return [(e.seq, decode_event(e.payload)) for e in entries]
+_API: Final = WriterKind.API
+"""The writer kind of everything the API appends (its record store's)."""
+
+
+def _events(job_id: str, entries: Iterable[RecordEntry]) -> list[RecordItem]:
+    return record_items(job_id, entries)
 
 
 class Operations:
@@ -225,7 +231,7 @@ class Operations:
             if cached is not None:
                 self._cache.move_to_end(job_id)
             return cached
-        job = fold(_events(new), self._clock(), prior=cached.job if cached else None)
+        job = fold(_events(job_id, new), self._clock(), prior=cached.job if cached else None)
         bases = {b for b in (_base_of(e.msg_id) for e in new) if b is not None}
         folded = _Folded(job, (cached.bases if cached else frozenset()) | bases)
         return self._remember(folded)
@@ -245,7 +251,7 @@ class Operations:
         self, folded: _Folded, events: Sequence[tuple[int, JobEvent]], base: str
     ) -> _Folded:
         """Fold the events this process just appended (right after ``folded``'s seq)."""
-        job = fold(events, self._clock(), prior=folded.job)
+        job = fold(((s, e, _API) for s, e in events), self._clock(), prior=folded.job)
         return self._remember(_Folded(job, folded.bases | {base}))
 
     async def _discovery(self, job: Job) -> Discovery | None:
@@ -340,7 +346,7 @@ class Operations:
             raise NotFound(f"no job {job_id!r}")
         return RecordResponse(
             job_id=job_id,
-            events=tuple(RecordedEvent(seq=s, event=e) for s, e in _events(entries)),
+            events=tuple(RecordedEvent(seq=s, event=e) for s, e, _ in _events(job_id, entries)),
         )
 
     async def list_jobs(self, states: frozenset[State] | None = None) -> JobList:
@@ -521,7 +527,7 @@ class Operations:
             except ConcurrencyConflict:
                 self._metrics.conflicts.labels("submit").inc()
                 continue
-            job = fold([(seq, created)], self._clock())
+            job = fold([(seq, created, _API)], self._clock())
             self._remember(_Folded(job, frozenset({base})))
             log.info(
                 "job.submitted",
@@ -686,7 +692,7 @@ class Operations:
                 f"{created.supersedes!r} was being superseded by it; the old job names it as "
                 "its successor: check both records"
             ) from err
-        self._remember(_Folded(fold([(seq, created)], self._clock()), frozenset()))
+        self._remember(_Folded(fold([(seq, created, _API)], self._clock()), frozenset()))
         return seq
 
     async def _complete_supersede(self, job_id: str) -> JobCreated | None:
@@ -703,8 +709,8 @@ class Operations:
             The new job's creation, if this appended it.
         """
         entries = await self._records.read(job_id)
-        events = _events(entries)
-        at = next((i for i, (_, e) in enumerate(events) if isinstance(e, Superseded)), None)
+        events = _events(job_id, entries)
+        at = next((i for i, (_, e, _) in enumerate(events) if isinstance(e, Superseded)), None)
         if at is None:
             return None
         superseded = events[at][1]
@@ -727,7 +733,7 @@ class Operations:
         entries = await self._records.read(job_id)
         mine = [
             RecordedEvent(seq=s, event=e)
-            for (s, e), entry in zip(_events(entries), entries, strict=True)
+            for (s, e, _), entry in zip(_events(job_id, entries), entries, strict=True)
             if _base_of(entry.msg_id) == base
         ]
         new_job_id, plan = None, None

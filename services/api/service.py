@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
+from dispatch_core import WriterKind
 from dispatch_nats import LatestStore, Layout, RecordStore, ensure_streams
 from services.api.app import make_app
 from services.api.auth import Authenticator
@@ -75,7 +76,7 @@ async def run(
             return
         stack.push_async_callback(drain, nc, cfg.shutdown_grace_s)
         await ensure_streams(nc, cfg.stream_replicas, layout=layout)
-        records = RecordStore(nc, layout=layout)
+        records = RecordStore(nc, writer=WriterKind.API, layout=layout)
         stack.push_async_callback(records.aclose)
         statuses = LatestStore.status(nc, layout=layout)
         stack.push_async_callback(statuses.aclose)

@@ -55,6 +55,7 @@ from dispatch_core import (
     EscalationCommitted,
     EscalationDelivered,
     Job,
+    WriterKind,
     decode_event,
     encode,
     fold,
@@ -72,6 +73,7 @@ from dispatch_nats import (
 from services.common.http import health_app, start_http
 from services.common.lifecycle import drain
 from services.common.logs import JobLogger
+from services.common.records import record_items
 from services.notifier.backoff import Backoff
 from services.notifier.channels import Channel, Notice, build_channel
 from services.notifier.config import NotifierConfig, Setup, build_setup, load_routes_file
@@ -562,7 +564,7 @@ class Notifier:
             NatsStoreError: the read failed.
         """
         entries = await self._store.read(job_id, after_seq=prior.seq if prior else 0)
-        events = [(e.seq, decode_event(e.payload)) for e in entries]
+        events = record_items(job_id, entries)
         if prior is not None:
             return fold(events, self._clock(), prior=prior) if events else prior
         return fold(events, self._clock())
@@ -692,7 +694,7 @@ async def run(
         stack.push_async_callback(drain, nc)
         if not await _ensure_streams(nc, cfg, layout, stop):
             return
-        store = RecordStore(nc, layout=layout)
+        store = RecordStore(nc, writer=WriterKind.NOTIFIER, layout=layout)
         stack.push_async_callback(store.aclose)
         session = aiohttp.ClientSession()
         stack.push_async_callback(session.close)

@@ -79,13 +79,12 @@ from dispatch_core import (
     LaunchUnknown,
     MalformedRecord,
     OpenGate,
-    OutOfOrderEvent,
     Pass,
     Status,
     Step,
     Stop,
+    WriterKind,
     decode,
-    decode_event,
     encode,
     fold,
     next_steps,
@@ -94,6 +93,7 @@ from dispatch_core import (
 )
 from dispatch_nats import AppendOutcomeUnknown, ConcurrencyConflict, LatestEntry, StoreUnavailable
 from dispatch_nats.contract import WAKE_AT_HEADER
+from services.common.records import record_items
 from services.supervisor.metrics import SupervisorMetrics
 from services.supervisor.ports import DeliverFn, LatestPort, RecordPort
 
@@ -114,6 +114,8 @@ T = TypeVar("T")
 _MAX_REPLANS: Final = 20
 _MAX_FACT_TRIES: Final = 20
 _MAX_STATUS_TRIES: Final = 5
+_WRITER: Final = WriterKind.SUPERVISOR
+"""The writer kind of everything a pass appends (its record store's)."""
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 """Stands in for ``Status.at`` when statuses are compared: a Status that differs only in
 when it was projected is not a change."""
@@ -127,13 +129,21 @@ class PassError(Exception):
 
 
 class PoisonRecord(PassError):
-    """The job's record can't be decoded or folded: dispatch did not write it."""
+    """The job's record can't be decoded or folded: dispatch did not write it (an event that
+    does not decode, one its writer may not write, a malformed history). The job is left
+    alone; every other job is supervised as before (issue 10, "Poison contained").
+
+    Attributes:
+        job_id: the job.
+        seq: the seq of the event that can't be read (0 when the record as a whole is wrong).
+        error: the core's error, naming job and seq.
+    """
 
     retryable = False
 
-    def __init__(self, job_id: str, error: Exception) -> None:
+    def __init__(self, job_id: str, error: MalformedRecord) -> None:
         super().__init__(f"job {job_id!r}: the record can't be read: {error}")
-        self.job_id, self.error = job_id, error
+        self.job_id, self.seq, self.error = job_id, error.seq, error
 
 
 class UnknownCluster(PassError):
@@ -439,9 +449,8 @@ class PassExecutor:
         if not entries:
             return prior
         try:
-            events = [(e.seq, decode_event(e.payload)) for e in entries]
-            job = fold(events, self._clock(), prior=prior)
-        except (DecodeError, MalformedRecord, OutOfOrderEvent) as err:
+            job = fold(record_items(job_id, entries), self._clock(), prior=prior)
+        except MalformedRecord as err:  # undecodable, refused writer, out of order...
             raise PoisonRecord(job_id, err) from err
         self._jobs[job_id] = job
         return job
@@ -477,7 +486,9 @@ class PassExecutor:
         try:
             # The planner's events must fold in step order; refuse to write a record
             # dispatch's own fold would reject.
-            folded = fold(((job.seq + i + 1, e) for i, e in enumerate(events)), now, prior=job)
+            folded = fold(
+                ((job.seq + i + 1, e, _WRITER) for i, e in enumerate(events)), now, prior=job
+            )
         except DispatchError:
             log.exception("supervisor.malformed_decisions", extra={"job_id": job.job_id})
             raise
@@ -500,7 +511,7 @@ class PassExecutor:
             if _redundant(job, event):
                 return 0
             try:
-                folded = fold(((job.seq + 1, event),), event.at, prior=job)
+                folded = fold(((job.seq + 1, event, _WRITER),), event.at, prior=job)
             except MalformedRecord as err:
                 log.info(
                     "supervisor.fact_moot",
@@ -522,7 +533,7 @@ class PassExecutor:
                 if current is job:
                     self._jobs[job_id] = msgspec.structs.replace(folded, seq=seq)
                 else:
-                    self._jobs[job_id] = fold(((seq, event),), event.at, prior=current)
+                    self._jobs[job_id] = fold(((seq, event, _WRITER),), event.at, prior=current)
                 return 1
             await self._refresh(job_id)  # stored before (same msg id): it is in the record
             return 0

@@ -40,7 +40,7 @@ from prometheus_client import CollectorRegistry
 
 from dispatch_backends import Backend, close_backend
 from dispatch_backends.config import load_clusters, make_backend
-from dispatch_core import State, Status, decode
+from dispatch_core import State, Status, WriterKind, decode
 from dispatch_nats import (
     DEFAULT_LAYOUT,
     Delivery,
@@ -113,7 +113,13 @@ def _stores(
 ) -> tuple[RecordStore, LatestStore, LatestStore]:
     """The record, discovery and status stores, waiting ``timeout_s`` for each reply."""
     return (
-        RecordStore(nc, layout=layout, ack_timeout_s=timeout_s, read_timeout_s=timeout_s),
+        RecordStore(
+            nc,
+            writer=WriterKind.SUPERVISOR,
+            layout=layout,
+            ack_timeout_s=timeout_s,
+            read_timeout_s=timeout_s,
+        ),
         LatestStore(
             nc,
             StreamKind.DISCOVERY,
@@ -765,7 +771,7 @@ class Supervisor:
             changed.set()
 
         subs = [
-            await self._nc.subscribe(self._layout.record_subject(job_id), cb=on_msg),
+            await self._nc.subscribe(self._layout.record_job_filter(job_id), cb=on_msg),
             await self._nc.subscribe(f"{self._layout.root}.discovery.*.{job_id}", cb=on_msg),
         ]
         try:

@@ -57,7 +57,7 @@ from services.observer.config import ObserverConfig
 from services.supervisor import service as supervisor_service
 from services.supervisor.config import SupervisorConfig
 from services.supervisor.ports import DeliverFn
-from tests.util import assert_eventually
+from tests.util import AsTheirWriters, assert_eventually
 
 __all__ = ["ALICE", "InProcess", "Installation", "Subprocess"]
 
@@ -256,7 +256,7 @@ class Installation(Generic[BackendT]):
         await ensure_streams(self._nc, layout=self.layout)
         # Long timeouts: a busy 2-core machine may keep the server from answering for a while.
         wait_s = 15.0
-        self._records = RecordStore(
+        self._records = AsTheirWriters(
             self._nc, layout=self.layout, ack_timeout_s=wait_s, read_timeout_s=wait_s
         )
         self._statuses, self._discoveries = (
@@ -438,7 +438,9 @@ class Installation(Generic[BackendT]):
     async def job(self, job_id: str) -> Job:
         entries = await self.records.read(job_id)
         assert entries, f"job {job_id} has no record"
-        return fold(((e.seq, decode_event(e.payload)) for e in entries), datetime.now(UTC))
+        return fold(
+            ((e.seq, decode_event(e.payload), e.writer) for e in entries), datetime.now(UTC)
+        )
 
     async def events(self, job_id: str) -> list[JobEvent]:
         return [decode_event(e.payload) for e in await self.records.read(job_id)]

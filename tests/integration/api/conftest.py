@@ -25,6 +25,7 @@ from nats.aio.client import Client as NATS
 from prometheus_client import CollectorRegistry
 
 from dispatch_backends.config import LocalCluster
+from dispatch_core import WriterKind
 from dispatch_nats import LatestStore, Layout, RecordStore, StreamKind, ensure_streams
 from services.api.app import make_app
 from services.api.auth import Authenticator, hash_token
@@ -40,6 +41,7 @@ from tests.integration.api.support import (
 )
 from tests.integration.nats.support import connect
 from tests.servers.nats import NatsServer
+from tests.util import AsTheirWriters
 
 pytestmark = pytest.mark.integration
 
@@ -112,7 +114,8 @@ async def api(
     """The API in-process on a free port, with a fresh registry."""
     registry = CollectorRegistry()
     metrics = ApiMetrics(registry)
-    records = RecordStore(nc, layout=layout)
+    records = RecordStore(nc, writer=WriterKind.API, layout=layout)
+    others = AsTheirWriters(nc, layout=layout)
     statuses = LatestStore.status(nc, layout=layout)
     discoveries = LatestStore.discovery(nc, layout=layout)
     ops = Operations(
@@ -142,11 +145,11 @@ async def api(
             app=app,
             ops=ops,
             registry=registry,
-            records=records,
+            records=others,
             statuses=statuses,
             discoveries=discoveries,
             layout=layout,
         )
     await runner.cleanup()
-    for store in (records, statuses, discoveries):
+    for store in (records, others, statuses, discoveries):
         await store.aclose()

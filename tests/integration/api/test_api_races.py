@@ -15,6 +15,7 @@ from dispatch_core import (
     EscalationCommitted,
     HoldPlaced,
     OutcomeCommitted,
+    WriterKind,
     encode,
 )
 from dispatch_nats import LatestStore, Layout, RecordStore
@@ -31,7 +32,8 @@ class RacingRecords(RecordStore):
     job just before each of the next ``races`` appends of the API."""
 
     def __init__(self, nc: NATS, layout: Layout, races: int) -> None:
-        super().__init__(nc, layout=layout)
+        super().__init__(nc, writer=WriterKind.API, layout=layout)
+        self.supervisor = RecordStore(nc, writer=WriterKind.SUPERVISOR, layout=layout)
         self.races = races
         self.raced = 0
 
@@ -49,7 +51,7 @@ class RacingRecords(RecordStore):
             other = EscalationCommitted(
                 job_id=job_id, at=now(), id=f"overdue:{self.raced}", detail="racing writer"
             )
-            await self.append(
+            await self.supervisor.append(
                 job_id,
                 encode(other),
                 expected_last_seq=await self.last_seq(job_id),

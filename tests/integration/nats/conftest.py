@@ -19,6 +19,7 @@ import pytest
 from nats.aio.client import Client as NATS
 from nats.js.client import JetStreamContext
 
+from dispatch_core import WriterKind
 from dispatch_nats import Layout, RecordStore, StreamKind, ensure_streams
 from tests.integration.nats.support import Eventually, connect
 from tests.servers.nats import NatsServer
@@ -88,7 +89,7 @@ async def streams(nc: NATS, js: JetStreamContext, layout: Layout) -> AsyncIterat
 
 @pytest.fixture
 async def store(nc: NATS, streams: Layout) -> AsyncIterator[RecordStore]:
-    """A record store on this test's streams."""
-    s = RecordStore(nc, layout=streams)
+    """A record store on this test's streams, appending as a supervisor."""
+    s = RecordStore(nc, writer=WriterKind.SUPERVISOR, layout=streams)
     yield s
     await s.aclose()

@@ -9,8 +9,10 @@ from nats.aio.client import Client as NATS
 from nats.js.client import JetStreamContext
 from nats.js.errors import APIError
 
+from dispatch_core import WriterKind
 from dispatch_nats import (
     CONTRACT_VERSION,
+    ContractVersionMismatch,
     InvalidName,
     Layout,
     StreamConfigConflict,
@@ -25,8 +27,14 @@ from dispatch_nats.contract import DISCOVERY_STREAM, RECORD_STREAM, STATUS_STREA
 pytestmark = pytest.mark.integration
 
 
+API, SUP, NOTIFIER = WriterKind.API, WriterKind.SUPERVISOR, WriterKind.NOTIFIER
+
+
 def test_default_names_are_the_contract() -> None:
-    assert record_subject("job-1") == "dispatch.record.job-1"
+    assert CONTRACT_VERSION == 2
+    assert record_subject("job-1", API) == "dispatch.record.job-1.api"
+    assert record_subject("job-1", SUP) == "dispatch.record.job-1.supervisor"
+    assert record_subject("job-1", NOTIFIER) == "dispatch.record.job-1.notifier"
     assert discovery_subject("c1", "job-1") == "dispatch.discovery.c1.job-1"
     assert status_subject("job-1") == "dispatch.status.job-1"
     assert observer_subject("gpu-a") == "dispatch.observer.gpu-a"
@@ -40,12 +48,40 @@ def test_default_names_are_the_contract() -> None:
         )
         == ("DISPATCH_RECORD", "DISPATCH_DISCOVERY", "DISPATCH_STATUS")
     )
-    assert layout.job_id_from_record_subject("dispatch.record.job-1") == "job-1"
+    assert layout.record_job_filter("job-1") == "dispatch.record.job-1.*"
+    assert layout.record_filter == "dispatch.record.*.*"
+    assert layout.record_writer_filter(NOTIFIER) == "dispatch.record.*.notifier"
+    assert layout.parse_record_subject("dispatch.record.job-1.api") == ("job-1", API)
+    assert layout.job_id_from_record_subject("dispatch.record.job-1.api") == "job-1"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "dispatch.record.job-1",  # a v1 subject: no writer
+        "dispatch.record.job-1.observer",
+        "dispatch.record.job-1.API",
+        "dispatch.record.Job.api",
+        "dispatch.status.job-1",
+        "dispatch.record.job-1.api.x",
+    ],
+)
+def test_a_record_subject_names_a_job_and_a_writer_kind(bad: str) -> None:
+    with pytest.raises(InvalidName):
+        Layout().parse_record_subject(bad)
+
+
+def test_writer_filters_name_only_writer_kinds() -> None:
+    with pytest.raises(InvalidName, match="writer kind"):
+        Layout().record_writer_filter("observer")  # type: ignore[arg-type]
+    with pytest.raises(InvalidName, match="writer kind"):
+        Layout().record_subject("job-1", "*")  # type: ignore[arg-type]
 
 
 def test_namespace_prefixes_every_name() -> None:
     layout = Layout(namespace="t-1")
-    assert layout.record_subject("j") == "t-1.dispatch.record.j"
+    assert layout.record_subject("j", SUP) == "t-1.dispatch.record.j.supervisor"
+    assert layout.record_filter == "t-1.dispatch.record.*.*"
     assert layout.record_stream == "T_1_DISPATCH_RECORD"
     assert layout.observer_subject("c") == "t-1.dispatch.observer.c"
 
@@ -55,7 +91,7 @@ def test_namespace_prefixes_every_name() -> None:
 )
 def test_bad_job_ids_are_refused_by_name(bad: str) -> None:
     with pytest.raises(InvalidName) as info:
-        record_subject(bad)
+        record_subject(bad, API)
     assert repr(bad) in str(info.value)
     assert "job id" in str(info.value)
     with pytest.raises(InvalidName, match="cluster name"):
@@ -70,9 +106,10 @@ def test_bad_job_ids_are_refused_by_name(bad: str) -> None:
 
 @given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=40))
 def test_every_token_of_the_allowed_alphabet_round_trips(job_id: str) -> None:
-    subject = record_subject(job_id)
-    assert subject.count(".") == 2
-    assert Layout().job_id_from_record_subject(subject) == job_id
+    for writer in WriterKind:
+        subject = record_subject(job_id, writer)
+        assert subject.count(".") == 3
+        assert Layout().parse_record_subject(subject) == (job_id, writer)
 
 
 @given(
@@ -82,14 +119,14 @@ def test_every_token_of_the_allowed_alphabet_round_trips(job_id: str) -> None:
 )
 def test_any_other_character_is_refused(job_id: str) -> None:
     with pytest.raises(InvalidName):
-        record_subject(job_id)
+        record_subject(job_id, API)
 
 
 async def test_streams_are_created_as_the_contract_says(
     js: JetStreamContext, streams: Layout
 ) -> None:
     record = (await js.stream_info(streams.record_stream)).config
-    assert record.subjects == [f"{streams.root}.record.*"]
+    assert record.subjects == [f"{streams.root}.record.*.*"]
     assert record.deny_delete
     assert record.deny_purge
     assert record.allow_direct
@@ -108,7 +145,7 @@ async def test_streams_are_created_as_the_contract_says(
 async def test_ensure_streams_is_idempotent(
     nc: NATS, js: JetStreamContext, streams: Layout
 ) -> None:
-    await js.publish(streams.record_subject("job-1"), b"e1")
+    await js.publish(streams.record_subject("job-1", API), b"e1")
     await ensure_streams(nc, layout=streams)
     await ensure_streams(nc, layout=streams)
     info = await js.stream_info(streams.record_stream)
@@ -150,8 +187,37 @@ async def test_a_stream_of_another_contract_version_is_a_conflict(
     config = (await js.stream_info(streams.discovery_stream)).config
     config.metadata = {"dispatch.contract": "999"}
     await js.update_stream(config)
-    with pytest.raises(StreamConfigConflict, match=r"dispatch\.contract: stream has '999'"):
+    with pytest.raises(ContractVersionMismatch, match=r"made for NATS contract v999"):
         await ensure_streams(nc, layout=streams)
+
+
+async def test_a_v1_record_stream_is_refused_saying_what_to_do(
+    nc: NATS, js: JetStreamContext, layout: Layout
+) -> None:
+    """A record stream made by a v1 build (one subject per job, no writer kind) is never used
+    nor changed: ensure_streams says why and what to do."""
+    v1 = {**layout.stream_configs()[0], "subjects": [f"{layout.root}.record.*"]}
+    v1["metadata"] = {"dispatch.contract": "1"}
+    await js.add_stream(
+        name=v1["name"],
+        subjects=v1["subjects"],
+        metadata=v1["metadata"],
+        deny_delete=True,
+        deny_purge=True,
+        allow_direct=True,
+    )
+    try:
+        with pytest.raises(ContractVersionMismatch) as info:
+            await ensure_streams(nc, layout=layout)
+        message = str(info.value)
+        assert info.value.stream == layout.record_stream
+        assert "made for NATS contract v1; this build speaks v2" in message
+        assert "dispatch.record.<job>.<writer>" in message
+        assert "delete the v1 streams" in message
+        config = (await js.stream_info(layout.record_stream)).config
+        assert config.subjects == [f"{layout.root}.record.*"]  # left as it was
+    finally:
+        await js.delete_stream(layout.record_stream)
 
 
 async def test_foreign_stream_holding_the_subjects_is_a_conflict(
@@ -168,7 +234,7 @@ async def test_foreign_stream_holding_the_subjects_is_a_conflict(
 async def test_record_stream_refuses_delete_and_purge(
     js: JetStreamContext, streams: Layout
 ) -> None:
-    subject = streams.record_subject("job-1")
+    subject = streams.record_subject("job-1", API)
     ack = await js.publish(subject, b"e1")
     with pytest.raises(APIError) as deleted:
         await js.delete_msg(streams.record_stream, ack.seq)

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 from nats.aio.client import Client as NATS
 
+from dispatch_core import WriterKind
 from dispatch_nats import (
     Delivery,
     Layout,
@@ -85,7 +86,9 @@ async def test_follow_survives_a_server_restart(
     server = private_nats_server
     nc = await connect(server.url)
     await ensure_streams(nc)
-    store = RecordStore(nc, follow_heartbeat_s=0.5, ack_timeout_s=1.0, attempts=10)
+    store = RecordStore(
+        nc, writer=WriterKind.SUPERVISOR, follow_heartbeat_s=0.5, ack_timeout_s=1.0, attempts=10
+    )
     try:
         async with store.follow(after_seq=0) as changes:
             s1 = await store.append("job-1", b"e1", expected_last_seq=0, msg_id="e1")
@@ -119,7 +122,7 @@ async def _drain(feed: SharedFeed, into: list[Delivery], stop: asyncio.Event) ->
 async def test_shared_consumer_hands_each_append_to_one_replica(
     nc: NATS, streams: Layout, eventually: Eventually
 ) -> None:
-    store = RecordStore(nc, layout=streams)
+    store = RecordStore(nc, writer=WriterKind.SUPERVISOR, layout=streams)
     replicas = [store.shared("supervisor", batch=8) for _ in range(3)]
     got: list[list[Delivery]] = [[], [], []]
     stop = asyncio.Event()
@@ -154,7 +157,7 @@ async def test_shared_consumer_hands_each_append_to_one_replica(
 
 
 async def test_unacked_delivery_goes_to_another_replica(nc: NATS, streams: Layout) -> None:
-    store = RecordStore(nc, layout=streams)
+    store = RecordStore(nc, writer=WriterKind.SUPERVISOR, layout=streams)
     seq = await store.append("job-1", b"e", expected_last_seq=0, msg_id="m1")
     async with store.shared("sup", ack_wait_s=0.5, batch=1) as crashed:
         first = await asyncio.wait_for(anext(crashed), 5)
@@ -170,7 +173,7 @@ async def test_unacked_delivery_goes_to_another_replica(nc: NATS, streams: Layou
 async def test_nak_with_delay_redelivers_and_position_survives_restarts(
     nc: NATS, streams: Layout
 ) -> None:
-    store = RecordStore(nc, layout=streams)
+    store = RecordStore(nc, writer=WriterKind.SUPERVISOR, layout=streams)
     s1 = await store.append("job-1", b"e", expected_last_seq=0, msg_id="m1")
     async with store.shared("sup", batch=1) as work:
         d = await asyncio.wait_for(anext(work), 5)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from nats.aio.client import Client as NATS
 from nats.js.client import JetStreamContext
 
+from dispatch_core import WriterKind
 from dispatch_nats import (
     ConcurrencyConflict,
     InvalidName,
@@ -109,7 +110,7 @@ async def test_msg_id_used_by_another_job_is_refused(store: RecordStore) -> None
     with pytest.raises(MsgIdReused) as info:
         await store.append("job-b", b"e", expected_last_seq=0, msg_id="not-unique")
     assert info.value.seq == seq
-    assert info.value.subject == store.layout.record_subject("job-a")
+    assert info.value.subject == store.layout.record_subject("job-a", store.writer)
     assert await store.read("job-b") == []
 
 
@@ -127,13 +128,17 @@ async def test_reading_a_1000_event_record(
     store: RecordStore, js: JetStreamContext, streams: Layout
 ) -> None:
     """All 1,000 events in order, with other jobs' events interleaved in the stream."""
-    subject = streams.record_subject("big")
+    subject = streams.record_subject("big", WriterKind.SUPERVISOR)
     acks = []
     for i in range(1000):
         payload = b"%04d" % i + b"x" * 196
         acks.append(await js.publish_async(subject, payload, headers={"Nats-Msg-Id": f"b{i}"}))
         if i % 10 == 0:
-            acks.append(await js.publish_async(streams.record_subject(f"other-{i % 7}"), b"z"))
+            acks.append(
+                await js.publish_async(
+                    streams.record_subject(f"other-{i % 7}", WriterKind.API), b"z"
+                )
+            )
     await asyncio.wait_for(asyncio.gather(*acks), 30)
     timings = []
     entries = []
@@ -153,7 +158,9 @@ async def test_reading_a_1000_event_record(
 
 
 async def test_reads_page_through_large_records(nc: NATS, streams: Layout) -> None:
-    small_pages = RecordStore(nc, layout=streams, page_size=7, page_bytes=1000)
+    small_pages = RecordStore(
+        nc, writer=WriterKind.SUPERVISOR, layout=streams, page_size=7, page_bytes=1000
+    )
     last = 0
     for i in range(50):
         last = await small_pages.append("job-1", b"p" * 100, expected_last_seq=last, msg_id=f"m{i}")
@@ -180,7 +187,9 @@ async def test_list_jobs_and_counts(store: RecordStore) -> None:
 
 
 async def test_missing_stream_is_a_typed_error(nc: NATS) -> None:
-    store = RecordStore(nc, layout=Layout(namespace="never-created"), attempts=1)
+    store = RecordStore(
+        nc, writer=WriterKind.SUPERVISOR, layout=Layout(namespace="never-created"), attempts=1
+    )
     with pytest.raises(StreamNotFound):
         await store.append("job-1", b"e", expected_last_seq=0, msg_id="m")
     with pytest.raises(StreamNotFound):

@@ -18,6 +18,7 @@ from nats.aio.client import Client as NATS
 from nats.js.client import JetStreamContext
 from nats.js.errors import BadRequestError
 
+from dispatch_core import WriterKind
 from dispatch_nats import (
     AppendOutcomeUnknown,
     ConcurrencyConflict,
@@ -38,7 +39,7 @@ async def test_trap1_publish_async_future_never_resolves_on_a_conflict(
     js: JetStreamContext, streams: Layout, nats_errors: list[Exception]
 ) -> None:
     """The trap itself (nats-io/nats.py#985): if this starts failing, nats-py fixed it."""
-    subject = streams.record_subject("job-1")
+    subject = streams.record_subject("job-1", WriterKind.SUPERVISOR)
     await js.publish(subject, b"a", headers={"Nats-Expected-Last-Subject-Sequence": "0"})
     fut = await js.publish_async(
         subject, b"b", headers={"Nats-Expected-Last-Subject-Sequence": "0"}
@@ -79,7 +80,7 @@ async def test_trap2_raw_retry_gets_wrong_last_sequence(
     js: JetStreamContext, streams: Layout
 ) -> None:
     """The trap itself: the second try of the same append is refused as a conflict."""
-    subject = streams.record_subject("job-1")
+    subject = streams.record_subject("job-1", WriterKind.SUPERVISOR)
     headers = {"Nats-Expected-Last-Subject-Sequence": "0", "Nats-Msg-Id": "job-1:e1"}
     await js.publish(subject, b"e1", headers=dict(headers))
     with pytest.raises(BadRequestError) as info:
@@ -103,7 +104,7 @@ async def test_trap2_store_retry_returns_the_first_tries_seq(store: RecordStore)
 async def _paused_store(server: NatsServer, **options: float) -> tuple[NATS, RecordStore]:
     nc = await connect(server.url)
     await ensure_streams(nc)
-    return nc, RecordStore(nc, **options)  # type: ignore[arg-type]
+    return nc, RecordStore(nc, writer=WriterKind.SUPERVISOR, **options)  # type: ignore[arg-type]
 
 
 class _ResumeOnTimeout(logging.Handler):
@@ -123,7 +124,7 @@ class _ResumeOnTimeout(logging.Handler):
 
 async def _read(nc: NATS, job_id: str) -> list[tuple[int, str | None]]:
     """Read with default timeouts: the stores under test use very short ones on purpose."""
-    checker = RecordStore(nc)
+    checker = RecordStore(nc, writer=WriterKind.SUPERVISOR)
     try:
         return [(e.seq, e.msg_id) for e in await checker.read(job_id)]
     finally:
@@ -181,7 +182,7 @@ async def test_trap3_unknown_outcome_is_reported_then_resolved_by_a_retry(
 
         await eventually(stored)  # it was stored although the publish "failed"
         [(landed, _)] = await _read(nc, "job-1")
-        patient = RecordStore(nc)
+        patient = RecordStore(nc, writer=WriterKind.SUPERVISOR)
         await patient.append("job-1", b"e2", expected_last_seq=landed, msg_id="job-1:e2")
         retry = await patient.append("job-1", b"e1", expected_last_seq=0, msg_id="job-1:e1")
         await patient.aclose()

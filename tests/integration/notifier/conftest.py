@@ -29,7 +29,7 @@ from services.notifier.config import NotifierConfig
 from services.notifier.service import run
 from tests.integration.notifier.support import Receiver, SmtpSink
 from tests.servers.nats import NatsServer
-from tests.util import assert_eventually
+from tests.util import AsTheirWriters, assert_eventually
 
 
 @pytest.fixture(scope="session")
@@ -68,8 +68,8 @@ async def layout(nc: NATS) -> AsyncIterator[Layout]:
 
 @pytest.fixture
 async def store(nc: NATS, layout: Layout) -> AsyncIterator[RecordStore]:
-    """A record store on the test's streams."""
-    s = RecordStore(nc, layout=layout)
+    """A record store on the test's streams, appending each event as its production writer."""
+    s = AsTheirWriters(nc, layout=layout)
     yield s
     await s.aclose()
 

@@ -246,7 +246,7 @@ async def escalate(store: RecordStore, job_id: str, esc_id: str, detail: str = "
 async def read_job(store: RecordStore, job_id: str) -> Job:
     """Fold the job's record."""
     entries = await store.read(job_id)
-    return fold([(e.seq, decode_event(e.payload)) for e in entries], datetime.now(UTC))
+    return fold([(e.seq, decode_event(e.payload), e.writer) for e in entries], datetime.now(UTC))
 
 
 async def delivered_events(

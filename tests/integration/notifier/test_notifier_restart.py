@@ -106,6 +106,8 @@ def _env(nats_server: NatsServer, layout: Layout, webhook_url: str) -> dict[str,
         NOTIFIER_SHUTDOWN_GRACE_S="5",
         NOTIFIER_AUDIT_INTERVAL_S="0.5",
         PYTHONUNBUFFERED="1",
+        # This checkout's packages, not those the venv was installed from (a worktree).
+        PYTHONPATH=f"{REPO / 'libs'}{os.pathsep}{REPO}",
     )
     return env
 
@@ -199,7 +201,12 @@ async def test_bad_configuration_exits_with_status_2_naming_it(
     env: dict[str, str], named: bytes
 ) -> None:
     full = {k: v for k, v in os.environ.items() if not k.startswith("NOTIFIER_")}
-    full.update(env, NOTIFIER_NATS_URL="nats://127.0.0.1:1", NOTIFIER_HTTP_PORT="0")
+    full.update(
+        env,
+        NOTIFIER_NATS_URL="nats://127.0.0.1:1",
+        NOTIFIER_HTTP_PORT="0",
+        PYTHONPATH=f"{REPO / 'libs'}{os.pathsep}{REPO}",
+    )
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

@@ -68,6 +68,7 @@ from dispatch_core.steps import (
     Step,
     Stop,
 )
+from tests.util import written
 
 __all__ = [
     "ALICE",
@@ -196,7 +197,7 @@ class Record:
 
     def job(self, now: datetime = T0) -> Job:
         """Fold the record."""
-        return fold(self.events, now)
+        return fold(written(self.events), now)
 
 
 def apply_pass(

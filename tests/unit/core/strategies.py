@@ -106,6 +106,7 @@ from dispatch_core import (
     fold,
     make_plan,
 )
+from tests.util import written
 
 Record = list[tuple[int, JobEvent]]
 
@@ -617,7 +618,7 @@ class _Writer:
             self.seq += self.draw(st.integers(min_value=1, max_value=3))
             batch.append((self.seq, ev))
         self.record.extend(batch)
-        self.job = fold(batch, self.now, prior=self.job)
+        self.job = fold(written(batch), self.now, prior=self.job)
 
     def new_ref(self) -> ObjectRef:
         self.next_ref += 1
@@ -947,7 +948,7 @@ def _moves(w: _Writer, job: Job) -> list[Move]:
                         submission=obj.submission,
                     )
                     stop = StopRequested(job_id=j, at=w.now, ref=ref, why="fence")
-                    after = fold([(w.seq + 1, stop), (w.seq + 2, ended)], w.now, prior=job)
+                    after = fold(written([(w.seq + 1, stop), (w.seq + 2, ended)]), w.now, prior=job)
                     return [stop, ended, *_apply_rule(w, after, lost, lives_on=False)]
 
                 moves.append(fence)
@@ -963,7 +964,7 @@ def _moves(w: _Writer, job: Job) -> list[Move]:
                     cause=cause,
                     submission=obj.submission,
                 )
-                after = fold([(w.seq + 1, ended)], w.now, prior=job)
+                after = fold(written([(w.seq + 1, ended)]), w.now, prior=job)
                 return [ended, *_apply_rule(w, after, cause, lives_on=lives_on)]
 
             moves.append(ends)

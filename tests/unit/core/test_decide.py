@@ -56,11 +56,13 @@ from dispatch_core import (
     Submit,
     Supersede,
     Superseded,
+    WriterKind,
     decide,
     fold,
     project,
 )
 from tests.unit.core.strategies import Record, commands, job_ids, records
+from tests.util import written
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ALICE = Actor(name="alice", kind=ActorKind.HUMAN)
@@ -90,7 +92,7 @@ def _t(minutes: float) -> datetime:
 
 def _apply(job: Job | None, *events: JobEvent) -> Job:
     seq = 0 if job is None else job.seq
-    return fold([(seq + 1 + i, ev) for i, ev in enumerate(events)], T0, prior=job)
+    return fold(written([(seq + 1 + i, ev) for i, ev in enumerate(events)]), T0, prior=job)
 
 
 def _submitted() -> Job:
@@ -550,15 +552,17 @@ def test_supersede_is_refused_without_an_outcome_or_twice() -> None:
 def test_what_decide_commits_is_a_legal_continuation_of_the_record(
     record: Record, command: OperatorCommand
 ) -> None:
-    """decide only commits events fold accepts; a committed outcome never changes."""
-    job = fold(record, T0)
+    """decide only commits events fold accepts from the API (which appends them); a
+    committed outcome never changes."""
+    job = fold(written(record), T0)
     now = job.created_at + timedelta(days=30)
     try:
         events = decide(job, command, now)
     except (Refused, InvalidPolicy):
         return
     own = [e for e in events if e.job_id == job.job_id]
-    after = fold([(job.seq + 1 + i, e) for i, e in enumerate(own)], now, prior=job)
+    api = WriterKind.API
+    after = fold([(job.seq + 1 + i, e, api) for i, e in enumerate(own)], now, prior=job)
     if job.outcome is not None:
         assert (after.outcome, after.outcome_cause) == (job.outcome, job.outcome_cause)
         assert not any(isinstance(e, OutcomeCommitted) for e in events)
@@ -566,7 +570,7 @@ def test_what_decide_commits_is_a_legal_continuation_of_the_record(
         if e.job_id != job.job_id:
             assert isinstance(e, JobCreated)
             assert e.supersedes == job.job_id
-            fold([(1, e)], now)
+            fold([(1, e, api)], now)
 
 
 @pytest.mark.parametrize("holder", ["actor", "recovery"])

@@ -52,6 +52,7 @@ from dispatch_core import (
     fold,
 )
 from tests.unit.core.strategies import Record, records
+from tests.util import written
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ALICE = Actor(name="alice", kind=ActorKind.HUMAN)
@@ -113,7 +114,7 @@ def _seq(events: list[JobEvent]) -> Record:
 
 
 def _fold(events: list[JobEvent]) -> object:
-    return fold(_seq(events), T0)
+    return fold(written(_seq(events)), T0)
 
 
 # -- examples ---------------------------------------------------------------------------
@@ -122,7 +123,7 @@ def _fold(events: list[JobEvent]) -> object:
 def test_fold_replays_a_preemption_and_its_recovery() -> None:
     """ "dispatch.Fold replays the job's record into a Job: its submissions, holds, outcome
     and escalations" (seed 000, "Where the state comes from")."""
-    job = fold(_seq(_preempted_once()), T0)
+    job = fold(written(_seq(_preempted_once())), T0)
     assert [s.number for s in job.submissions] == [1, 2]
     assert job.submissions[0].attempts[0].outcome is LaunchOutcome.LAUNCHED
     assert job.object(REF) is not None
@@ -150,7 +151,7 @@ def test_history_holds_recoveries_holds_and_outcomes_never_running() -> None:
         HoldReleased(job_id="j1", at=_t(4), instance=1, by=ALICE, how="release"),
         OutcomeCommitted(job_id="j1", at=_t(5), state=State.SUCCEEDED, cause=PREEMPTED),
     ]
-    job = fold(_seq(events), T0)
+    job = fold(written(_seq(events)), T0)
     assert [(t.state, t.cause.kind) for t in job.history] == [
         (State.RECOVERING, CauseKind.PREEMPTED),
         (State.HELD, CauseKind.HELD),
@@ -179,7 +180,7 @@ def test_a_hold_released_before_any_execution_ended_returns_to_pending() -> None
             job_id="j1", at=_t(2), instance=1, by=SUPERVISOR, how="release", override=True
         ),
     ]
-    job = fold(_seq(events), T0)
+    job = fold(written(_seq(events)), T0)
     assert job.history[-1].state is State.PENDING
     assert job.holds[0].override
 
@@ -187,7 +188,7 @@ def test_a_hold_released_before_any_execution_ended_returns_to_pending() -> None
 def test_sequence_gaps_between_a_jobs_events_are_normal() -> None:
     """JetStream sequences are per stream: another job's events fill the gaps."""
     record = [(seq * 1000, ev) for seq, ev in _seq(_preempted_once())]
-    assert fold(record, T0).seq == record[-1][0]
+    assert fold(written(record), T0).seq == record[-1][0]
 
 
 def test_a_duplicate_stopped_and_ended_is_recorded_but_never_drives_the_job() -> None:
@@ -198,7 +199,7 @@ def test_a_duplicate_stopped_and_ended_is_recorded_but_never_drives_the_job() ->
         StopRequested(job_id="j1", at=_t(2), ref=dup, why="duplicate", submission=1, attempt=1),
         ExecutionEnded(job_id="j1", at=_t(3), ref=dup, restart=0, cause=ended, submission=1),
     ]
-    job = fold(_seq(events), T0)
+    job = fold(written(_seq(events)), T0)
     record = job.object(dup)
     assert record is not None
     assert (record.duplicate, record.submission, record.attempt, record.ended) == (True, 1, 1, (0,))
@@ -213,7 +214,7 @@ def test_abandoning_an_unknown_attempt_closes_it() -> None:
         LaunchUnknown(job_id="j1", at=_t(1), submission=1, attempt=1, detail="timeout"),
         Abandoned(job_id="j1", at=_t(20), target=AbandonTarget(submission=1), by=ALICE, reason="x"),
     ]
-    job = fold(_seq(events), T0)
+    job = fold(written(_seq(events)), T0)
     assert job.submissions[0].attempts[0].outcome is LaunchOutcome.ABANDONED
     assert job.abandoned == (AbandonTarget(submission=1),)
 
@@ -226,7 +227,7 @@ def test_an_escalation_is_delivered_once_keyed_by_its_id() -> None:
         EscalationDelivered(job_id="j1", at=_t(2), id="foreign:c/9", channel="pager"),
         EscalationDelivered(job_id="j1", at=_t(3), id="foreign:c/9", channel="pager"),
     ]
-    job = fold(_seq(events), T0)
+    job = fold(written(_seq(events)), T0)
     assert [(e.id, e.delivered) for e in job.escalations] == [("foreign:c/9", _t(2))]
 
 
@@ -239,33 +240,33 @@ def test_fold_refuses_a_non_increasing_sequence() -> None:
     with pytest.raises(
         OutOfOrderEvent, match=r"record of job 'j1', event seq 11: sequence 11 is not after 11"
     ):
-        fold(record, T0)
+        fold(written(record), T0)
     record[3] = (record[2][0] - 1, record[3][1])
     with pytest.raises(OutOfOrderEvent) as err:
-        fold(record, T0)
+        fold(written(record), T0)
     assert (err.value.job_id, err.value.last_seq, err.value.got) == ("j1", 11, 10)
 
 
 def test_fold_refuses_a_sequence_not_after_the_prior() -> None:
     record = _seq(_preempted_once())
-    prior = fold(record[:4], T0)
+    prior = fold(written(record[:4]), T0)
     with pytest.raises(OutOfOrderEvent):
-        fold(record[3:], T0, prior=prior)
+        fold(written(record[3:]), T0, prior=prior)
 
 
 def test_fold_refuses_a_record_not_beginning_with_job_created() -> None:
     with pytest.raises(MalformedRecord, match=r"SubmissionOpened \(submission.opened\)"):
-        fold(_seq(_preempted_once()[1:]), T0)
+        fold(written(_seq(_preempted_once()[1:])), T0)
 
 
 def test_fold_refuses_an_empty_record() -> None:
     with pytest.raises(MalformedRecord, match="empty"):
-        fold([], T0)
+        fold(written([]), T0)
 
 
 def test_fold_refuses_a_second_job_created() -> None:
     with pytest.raises(MalformedRecord, match=r"seq 8: a second job.created"):
-        fold(_seq([_created(), _created()]), T0)
+        fold(written(_seq([_created(), _created()])), T0)
 
 
 def test_fold_refuses_an_event_of_another_job() -> None:
@@ -273,7 +274,7 @@ def test_fold_refuses_an_event_of_another_job() -> None:
     with pytest.raises(
         MalformedRecord, match=r"gate.opened of job 'j2' in the record of 'j1'"
     ) as err:
-        fold(_seq(events), T0)
+        fold(written(_seq(events)), T0)
     assert (err.value.job_id, err.value.seq) == ("j1", 17)
 
 
@@ -453,7 +454,7 @@ def test_fold_refuses_a_reference_to_something_that_does_not_exist(
     naming the job, the event's sequence and the problem."""
     record = _seq(events)
     with pytest.raises(MalformedRecord, match=problem) as err:
-        fold(record, T0)
+        fold(written(record), T0)
     assert err.value.job_id == "j1"
     assert err.value.seq == record[-1][0]
 
@@ -465,9 +466,9 @@ def test_fold_refuses_a_reference_to_something_that_does_not_exist(
 def test_fold_is_deterministic(record: Record) -> None:
     """ "Both are pure functions with the time passed in, so the state can't drift between
     adapters or between the processes reading it" (seed 000)."""
-    first = fold(record, T0)
-    assert fold(record, T0) == first
-    assert encode(fold(list(record), T0 + timedelta(days=3))) == encode(first)
+    first = fold(written(record), T0)
+    assert fold(written(record), T0) == first
+    assert encode(fold(written(list(record)), T0 + timedelta(days=3))) == encode(first)
 
 
 @given(records(), st.data())
@@ -475,14 +476,16 @@ def test_fold_of_a_prefix_then_the_rest_equals_fold_of_all(
     record: Record, data: st.DataObject
 ) -> None:
     cut = data.draw(st.integers(min_value=1, max_value=len(record)))
-    assert fold(record[cut:], T0, prior=fold(record[:cut], T0)) == fold(record, T0)
+    assert fold(written(record[cut:]), T0, prior=fold(written(record[:cut]), T0)) == fold(
+        written(record), T0
+    )
 
 
 @given(records())
 def test_fold_of_a_decoded_record_equals_fold_of_the_record(record: Record) -> None:
     """What a reader decodes from the stream folds to what the writer folded."""
     decoded = [(seq, decode_event(encode(ev))) for seq, ev in record]
-    assert fold(decoded, T0) == fold(record, T0)
+    assert fold(written(decoded), T0) == fold(written(record), T0)
 
 
 @given(records())
@@ -492,7 +495,7 @@ def test_a_committed_outcome_never_changes_whatever_events_follow(record: Record
     job = None
     outcome = None
     for seq, ev in record:
-        job = fold([(seq, ev)], T0, prior=job)
+        job = fold(written([(seq, ev)]), T0, prior=job)
         if outcome is not None:
             assert (job.outcome, job.outcome_cause, job.outcome_at) == outcome
         elif job.outcome is not None:
@@ -503,11 +506,11 @@ def test_a_committed_outcome_never_changes_whatever_events_follow(record: Record
 def test_no_rules_budget_is_ever_exceeded(record: Record) -> None:
     """ "a rule with budget left: the job is recovering" (seed 000): a rule recovers at most
     its budget's worth of times."""
-    job = fold(record, T0)
+    job = fold(written(record), T0)
     for rule in job.plan.rules:
         assert job.spent(rule.rule) <= rule.budget
 
 
 @given(records())
 def test_history_never_holds_running(record: Record) -> None:
-    assert State.RUNNING not in {t.state for t in fold(record, T0).history}
+    assert State.RUNNING not in {t.state for t in fold(written(record), T0).history}

@@ -35,6 +35,7 @@ from dispatch_core import (
     fold,
     project,
 )
+from tests.util import written
 
 HISTORIES = Path(__file__).parents[2] / "data" / "histories"
 NOW = datetime(2026, 3, 3, tzinfo=UTC)
@@ -228,7 +229,7 @@ def test_the_golden_records_hold_every_event_type() -> None:
 def test_a_golden_record_replays_to_its_status(name: str) -> None:
     expected = GOLDEN[name]
     record = _read(name)
-    job: Job = fold(record, NOW)
+    job: Job = fold(written(record), NOW)
     assert job.seq == record[-1][0]
     discovery = Discovery(cluster="c", job_id=job.job_id, seen_at=NOW, objects=expected.objects)
     status = project(job, discovery, NOW)
@@ -244,4 +245,4 @@ def test_a_golden_record_replays_to_its_status(name: str) -> None:
     )
     # Folding in two halves gives the same job (what a watcher resuming from a snapshot does).
     half = max(1, len(record) // 2)
-    assert fold(record[half:], NOW, prior=fold(record[:half], NOW)) == job
+    assert fold(written(record[half:]), NOW, prior=fold(written(record[:half]), NOW)) == job

@@ -57,6 +57,7 @@ from dispatch_core.state import (
 from dispatch_core.steps import Commit, Deliver, OpenGate, Pass
 from tests.unit.core.helpers import ALICE, CLUSTER, Record, Sim, cause, decisions, facts
 from tests.unit.core.strategies import records
+from tests.util import written
 
 ENDINGS = [
     CauseKind.NONE,
@@ -408,7 +409,7 @@ def _situations(draw: st.DrawFn) -> tuple[Job, Discovery, datetime]:
     record = draw(records(max_steps=25))
     last = max(ev.at for _, ev in record)
     now = last + timedelta(seconds=draw(st.sampled_from([0, 1, 61, 601, 1801, 90000])))
-    job = fold(record, now)
+    job = fold(written(record), now)
     objects: list[ObservedObject] = []
     for obj in job.objects:
         phase = draw(st.sampled_from(_PHASES))
@@ -470,7 +471,7 @@ def test_next_steps_on_records_a_real_dispatch_could_write(
     p = next_steps(job, discovery, declarations, now)
 
     events = decisions(p) + facts(p, now, ceased=False)
-    after = fold(((job.seq + 1 + i, ev) for i, ev in enumerate(events)), now, prior=job)
+    after = fold(written(((job.seq + 1 + i, ev) for i, ev in enumerate(events))), now, prior=job)
     again = next_steps(after, discovery, declarations, now)
     assert [s for s in again.steps if not isinstance(s, Deliver)] == []
     for rule in after.plan.rules:

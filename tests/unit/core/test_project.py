@@ -53,6 +53,7 @@ from dispatch_core import (
     settled,
 )
 from tests.unit.core.strategies import Record, discoveries, observed_objects, records
+from tests.util import written
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ALICE = Actor(name="alice", kind=ActorKind.HUMAN)
@@ -88,11 +89,11 @@ class _Rec:
             declarations=Declarations(node_loss_window_s=120.0),
         )
         created = decide(None, submit, T0)[0]
-        self.job: Job = fold([(1, replace(created, generation=generation))], T0)
+        self.job: Job = fold(written([(1, replace(created, generation=generation))]), T0)
 
     def add(self, *events: JobEvent) -> _Rec:
         self.job = fold(
-            [(self.job.seq + 1 + i, ev) for i, ev in enumerate(events)], T0, prior=self.job
+            written([(self.job.seq + 1 + i, ev) for i, ev in enumerate(events)]), T0, prior=self.job
         )
         return self
 
@@ -428,7 +429,7 @@ def test_recovering_never_returns_to_pending_over_a_growing_record(record: Recor
     job = None
     was_recovering = False
     for seq, ev in record:
-        job = fold([(seq, ev)], T0, prior=job)
+        job = fold(written([(seq, ev)]), T0, prior=job)
         for seen in (None, _discovery_for(job)):
             state = project(job, seen, ev.at).state
             if was_recovering:
@@ -439,7 +440,7 @@ def test_recovering_never_returns_to_pending_over_a_growing_record(record: Recor
 
 @given(records(), discoveries)
 def test_project_is_total_and_deterministic(record: Record, discovery: Discovery) -> None:
-    job = fold(record, T0)
+    job = fold(written(record), T0)
     seen = replace(discovery, job_id=job.job_id)
     status = project(job, seen, T0)
     assert project(job, seen, T0) == status

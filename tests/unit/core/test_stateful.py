@@ -107,6 +107,7 @@ from dispatch_core import (
 from tests.unit.core.helpers import ALICE, CLUSTER, T0, Record, Sim, decisions, facts
 from tests.unit.core.sim_scheduler import ENDINGS, LaunchAnswer, SimObject, SimScheduler
 from tests.unit.core.strategies import submits
+from tests.util import written
 
 JOB: Final = "job-1"
 NEW_JOB: Final = "job-2"
@@ -191,7 +192,7 @@ class DispatchMachine(RuleBasedStateMachine):
         (created,) = decide(None, submit, T0)
         assert isinstance(created, JobCreated)
         self.record = Record(created)
-        self.job = fold(self.record.events, T0)
+        self.job = fold(written(self.record.events), T0)
         self.declarations = submit.declarations
         self.sched = SimScheduler(
             CLUSTER,
@@ -226,7 +227,7 @@ class DispatchMachine(RuleBasedStateMachine):
             )
         start = len(self.record.events)
         self.record.append(events)
-        self.job = fold(self.record.events[start:], self.now, prior=self.job)
+        self.job = fold(written(self.record.events[start:]), self.now, prior=self.job)
 
     # -- the clock and the observer ---------------------------------------------------------
 
@@ -348,7 +349,9 @@ class DispatchMachine(RuleBasedStateMachine):
             assert not any(isinstance(s, Launch | OpenGate) for s in the_pass.steps), the_pass
         quiet_facts = facts(the_pass, self.now)
         quiet = fold(
-            ((job.seq + 1 + i, ev) for i, ev in enumerate(quiet_facts)), self.now, prior=job
+            written(((job.seq + 1 + i, ev) for i, ev in enumerate(quiet_facts))),
+            self.now,
+            prior=job,
         )
         again = next_steps(quiet, discovery, self.declarations, self.now)
         assert all(isinstance(s, Deliver) for s in again.steps), ("not idempotent", again)
@@ -584,7 +587,7 @@ class DispatchMachine(RuleBasedStateMachine):
                 JOB,
                 job.generation + 1,
             )
-            fold([(1, new)], self.now)  # the new job's record begins well
+            fold(written([(1, new)]), self.now)  # the new job's record begins well
             events = tuple(rest)
         self._append(events)
 
@@ -686,7 +689,7 @@ class DispatchMachine(RuleBasedStateMachine):
         """Folding the whole record from scratch gives the job the supervisor holds, folded
         pass by pass with ``prior`` (STYLE.md: "replay equals the live state";
         docs/core-semantics.md: ``fold(b, now, prior=fold(a, now)) == fold(a + b, now)``)."""
-        assert fold(self.record.events, self.now) == self.job
+        assert fold(written(self.record.events), self.now) == self.job
 
     @invariant()
     def each_escalation_id_committed_once(self) -> None:

@@ -16,10 +16,12 @@ from dispatch_core import (
     Launch,
     ObjectRef,
     ObservedObject,
+    WriterKind,
     decode_event,
     encode,
 )
 from dispatch_nats import AppendOutcomeUnknown, ConcurrencyConflict, LatestEntry, RecordEntry
+from tests.util import writer_of
 
 __all__ = ["FakeBackend", "FakeLatest", "FakeRecords"]
 
@@ -77,7 +79,13 @@ class FakeRecords:
         for payload, msg_id in zip(payloads, msg_ids, strict=True):
             self.seq += 1
             entries.append(
-                RecordEntry(seq=self.seq, payload=payload, msg_id=msg_id, time=datetime.now(UTC))
+                RecordEntry(
+                    seq=self.seq,
+                    payload=payload,
+                    msg_id=msg_id,
+                    time=datetime.now(UTC),
+                    writer=WriterKind.SUPERVISOR,
+                )
             )
             out.append(self.seq)
         if self.silent > 0:
@@ -85,8 +93,9 @@ class FakeRecords:
             raise AppendOutcomeUnknown(job_id, msg_ids[-1], expected_last_seq, 3)
         return out
 
-    def write(self, job_id: str, *events: JobEvent) -> None:
-        """Append as another writer would (no checks)."""
+    def write(self, job_id: str, *events: JobEvent, writer: WriterKind | None = None) -> None:
+        """Append as another writer would (no checks): as ``writer``, or as the kind that
+        appends each event in production."""
         entries = self.entries.setdefault(job_id, [])
         for event in events:
             self.seq += 1
@@ -96,6 +105,7 @@ class FakeRecords:
                     payload=encode(event),
                     msg_id=f"other:{self.seq}",
                     time=datetime.now(UTC),
+                    writer=writer or writer_of(event),
                 )
             )
 

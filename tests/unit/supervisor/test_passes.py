@@ -90,7 +90,9 @@ class Installation:
 
     def job(self, job_id: str = JOB) -> Job:
         entries = self.records.entries[job_id]
-        return fold(((e.seq, decode_event(e.payload)) for e in entries), datetime.now(UTC))
+        return fold(
+            ((e.seq, decode_event(e.payload), e.writer) for e in entries), datetime.now(UTC)
+        )
 
     async def show(self, *objects: ObservedObject, job_id: str = JOB) -> None:
         discovery = Discovery(
