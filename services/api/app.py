@@ -72,9 +72,12 @@ def _error(
     message: str,
     field: str | None = None,
     headers: dict[str, str] | None = None,
+    *,
+    job_id: str | None = None,
+    seq: int | None = None,
 ) -> web.Response:
-    body = ErrorBody(error=ErrorDetail(code=code, message=message, field=field))
-    return _json(body, status, headers)
+    detail = ErrorDetail(code=code, message=message, field=field, job_id=job_id, seq=seq)
+    return _json(ErrorBody(error=detail), status, headers)
 
 
 def _api_error(err: ApiError) -> web.Response:
@@ -83,7 +86,15 @@ def _api_error(err: ApiError) -> web.Response:
         headers["WWW-Authenticate"] = 'Bearer realm="dispatch"'
     if err.status == 503:
         headers["Retry-After"] = "1"
-    return _error(err.status, err.code, err.message, err.field, headers or None)
+    return _error(
+        err.status,
+        err.code,
+        err.message,
+        err.field,
+        headers or None,
+        job_id=err.job_id,
+        seq=err.seq,
+    )
 
 
 def _route_of(request: web.Request) -> str:
@@ -114,9 +125,9 @@ async def _errors_and_metrics(request: web.Request, handler: Handler) -> web.Str
         else:
             log.warning("request.store_unavailable", extra={"error": str(err)})
             response = _api_error(StoreDown(str(err)))
-    except DispatchError as err:  # a record that doesn't fold or decode
+    except DispatchError as err:  # a bug: Operations answers an unreadable record itself
         log.exception("request.record_unreadable", extra={"route": _route_of(request)})
-        response = _error(500, "record-unreadable", str(err))
+        response = _error(500, "internal", str(err))
     except Exception:
         log.exception("request.failed", extra={"route": _route_of(request)})
         response = _error(500, "internal", "internal error; see the API's log")

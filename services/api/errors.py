@@ -24,6 +24,7 @@ __all__ = [
     "RefusedCommand",
     "StoreDown",
     "Unauthorized",
+    "UnreadableRecord",
     "accepted_values",
     "field_of",
 ]
@@ -41,6 +42,10 @@ class ApiError(Exception):
 
     status: ClassVar[int] = 500
     default_code: ClassVar[str] = "internal"
+    job_id: str | None = None
+    """The job whose record is at fault (``record-unreadable`` only)."""
+    seq: int | None = None
+    """The seq of the record's event at fault (``record-unreadable`` only)."""
 
     def __init__(self, message: str, *, code: str | None = None, field: str | None = None) -> None:
         super().__init__(message)
@@ -82,6 +87,24 @@ class RefusedCommand(ApiError):
 
     status: ClassVar[int] = 409
     default_code: ClassVar[str] = "refused"
+
+
+class UnreadableRecord(ApiError):
+    """The job's record holds an event that can't be read: it does not decode, or its writer
+    may not write it (issue 10, "Poison contained"). Only this job's reads and commands
+    answer it; listings go on and list the job apart (``unreadable``).
+
+    422 (Unprocessable Content): the request names a job the API can't process, and trying
+    again won't change that (a person must look at the record); a 5xx would say the API
+    itself failed and invite retries. The body's ``job_id`` and ``seq`` name the event.
+    """
+
+    status: ClassVar[int] = 422
+    default_code: ClassVar[str] = "record-unreadable"
+
+    def __init__(self, job_id: str, seq: int, message: str) -> None:
+        super().__init__(message)
+        self.job_id, self.seq = job_id, seq
 
 
 class Busy(ApiError):

@@ -116,6 +116,12 @@ _UNAVAILABLE: Final = _error(
     "(`unavailable`, `busy`): retry, with the same Idempotency-Key."
 )
 _DEFAULT: Final = _error("Any other error (`{error: {code, message, field?}}`).")
+_UNREADABLE: Final = _error(
+    "The job's record holds an event that can't be read: it does not decode, or its writer "
+    "may not write it (`record-unreadable`; `job_id` and `seq` name the event). Only this "
+    "job answers so; listings list it under `unreadable`. Retrying doesn't help: a person "
+    "must look at the record."
+)
 
 _JOB_PARAM: Final = {
     "name": "job",
@@ -176,7 +182,11 @@ def _paths() -> dict[str, Any]:
                     }
                 ],
                 "responses": {
-                    "200": _ok("The jobs.", "JobList"),
+                    "200": _ok(
+                        "The jobs; jobs whose record can't be read are listed apart "
+                        "(`unreadable`).",
+                        "JobList",
+                    ),
                     "400": _error("An unknown state (`field`: `state`)."),
                     "401": _UNAUTHORIZED,
                     "default": _DEFAULT,
@@ -197,6 +207,7 @@ def _paths() -> dict[str, Any]:
                     "200": _ok("The Status.", "Status"),
                     "401": _UNAUTHORIZED,
                     "404": _error("No such job."),
+                    "422": _UNREADABLE,
                     "default": _DEFAULT,
                 },
             }
@@ -220,6 +231,7 @@ def _paths() -> dict[str, Any]:
                     "400": _error("A bad `after`."),
                     "401": _UNAUTHORIZED,
                     "404": _error("No such job."),
+                    "422": _UNREADABLE,
                     "default": _DEFAULT,
                 },
             }
@@ -277,9 +289,14 @@ def _paths() -> dict[str, Any]:
                     },
                 ],
                 "responses": {
-                    "200": _ok("The escalations.", "EscalationList"),
+                    "200": _ok(
+                        "The escalations; jobs whose record can't be read are listed apart "
+                        "(`unreadable`: job, seq, why).",
+                        "EscalationList",
+                    ),
                     "400": _error("A bad `delivered` or `job`."),
                     "401": _UNAUTHORIZED,
+                    "422": _UNREADABLE,
                     "default": _DEFAULT,
                 },
             }
@@ -334,6 +351,7 @@ def _paths() -> dict[str, Any]:
             "401": _UNAUTHORIZED,
             "404": _error("No such job."),
             "409": _error("Refused by the record (`refused`): the message is the core's reason."),
+            "422": _UNREADABLE,
             "503": _UNAVAILABLE,
             "default": _DEFAULT,
         }

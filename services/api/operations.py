@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import logging
 import secrets
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple, TypeVar
 
@@ -42,6 +43,7 @@ from dispatch_core import (
     JobCreated,
     JobEvent,
     JobSpec,
+    MalformedRecord,
     RecordItem,
     Refused,
     State,
@@ -49,13 +51,16 @@ from dispatch_core import (
     Supersede,
     Superseded,
     WriterKind,
+    WriterRefused,
     decide,
     decode,
     encode,
+    event_tag,
     fold,
     is_job_id,
     make_plan,
     project,
+    writers_of,
 )
 from dispatch_nats import (
     ConcurrencyConflict,
@@ -72,6 +77,7 @@ from services.api.errors import (
     Forbidden,
     NotFound,
     RefusedCommand,
+    UnreadableRecord,
     accepted_values,
 )
 from services.api.metrics import ApiMetrics
@@ -87,6 +93,7 @@ from services.api.schemas import (
     SubmitRequest,
     SubmitResponse,
     SupersedeRequest,
+    UnreadableJob,
     check_spec,
     decode_body,
     strict_command,
@@ -110,6 +117,7 @@ _OUTCOMES: Final[dict[type[ApiError], str]] = {
     BadRequest: "invalid",
     NotFound: "not-found",
     Busy: "busy",
+    UnreadableRecord: "unreadable",
 }
 
 
@@ -164,7 +172,48 @@ _API: Final = WriterKind.API
 
 
 def _events(job_id: str, entries: Iterable[RecordEntry]) -> list[RecordItem]:
-    return record_items(job_id, entries)
+    """Decode the job's entries (see :func:`_reading` for the error)."""
+    with _reading(job_id):
+        return record_items(job_id, entries)
+
+
+def _checked(job_id: str, entries: Iterable[RecordEntry]) -> list[RecordItem]:
+    """Decode the job's entries and refuse one its writer may not write (what ``fold``
+    refuses), without folding: a part of the record (``after``) is checked too.
+
+    Raises:
+        UnreadableRecord: an event does not decode or its writer may not write it.
+    """
+    items = _events(job_id, entries)
+    for seq, event, writer in items:
+        allowed = writers_of(event)
+        if writer not in allowed:
+            kinds = tuple(sorted(str(k) for k in allowed))
+            with _reading(job_id):
+                raise WriterRefused(job_id, seq, event_tag(event), str(writer), kinds)
+    return items
+
+
+@contextlib.contextmanager
+def _reading(job_id: str) -> Iterator[None]:
+    """Answer a record that can't be read (an event that does not decode, one its writer may
+    not write, a malformed history) as :class:`UnreadableRecord`, naming the job and seq:
+    that job's problem, never another job's (issue 10, "Poison contained").
+
+    Raises:
+        UnreadableRecord: from ``MalformedRecord`` inside the block.
+    """
+    try:
+        yield
+    except MalformedRecord as err:
+        log.warning(
+            "record.unreadable", extra={"job_id": job_id, "seq": err.seq, "error": str(err)}
+        )
+        raise UnreadableRecord(job_id, err.seq, str(err)) from err
+
+
+def _unreadable(err: UnreadableRecord) -> UnreadableJob:
+    return UnreadableJob(job_id=err.job_id or "", seq=err.seq or 0, message=err.message)
 
 
 class Operations:
@@ -224,14 +273,19 @@ class Operations:
 
     async def _load(self, job_id: str) -> _Folded | None:
         """Return the job's record folded to its end (None: no record), reading only what
-        the cache doesn't hold."""
+        the cache doesn't hold.
+
+        Raises:
+            UnreadableRecord: the record holds an event that can't be read (job and seq).
+        """
         cached = self._cache.get(job_id)
-        new = await self._records.read(job_id, after_seq=cached.job.seq if cached else 0)
-        if not new:
-            if cached is not None:
-                self._cache.move_to_end(job_id)
-            return cached
-        job = fold(_events(job_id, new), self._clock(), prior=cached.job if cached else None)
+        with _reading(job_id):
+            new = await self._records.read(job_id, after_seq=cached.job.seq if cached else 0)
+            if not new:
+                if cached is not None:
+                    self._cache.move_to_end(job_id)
+                return cached
+            job = fold(_events(job_id, new), self._clock(), prior=cached.job if cached else None)
         bases = {b for b in (_base_of(e.msg_id) for e in new) if b is not None}
         folded = _Folded(job, (cached.bases if cached else frozenset()) | bases)
         return self._remember(folded)
@@ -338,15 +392,19 @@ class Operations:
 
         Raises:
             NotFound: no record for ``job_id``.
+            UnreadableRecord: an event (after ``after``) can't be read.
         """
         if not is_job_id(job_id):
             raise NotFound(f"no job {job_id!r}: not a job id")
-        entries = await self._records.read(job_id, after_seq=after)
+        with _reading(job_id):
+            entries = await self._records.read(job_id, after_seq=after)
         if not entries and (after == 0 or not await self._records.last_seq(job_id)):
             raise NotFound(f"no job {job_id!r}")
         return RecordResponse(
             job_id=job_id,
-            events=tuple(RecordedEvent(seq=s, event=e) for s, e, _ in _events(job_id, entries)),
+            events=tuple(
+                RecordedEvent(seq=s, event=e, writer=w) for s, e, w in _checked(job_id, entries)
+            ),
         )
 
     async def list_jobs(self, states: frozenset[State] | None = None) -> JobList:
@@ -368,9 +426,14 @@ class Operations:
                 continue
             found[status.job_id] = status
         missing = [j for j in ids if j not in found]
+        unreadable: list[UnreadableJob] = []
 
         async def projected(job_id: str) -> Status | None:
-            folded = await self._load(job_id)
+            try:
+                folded = await self._load(job_id)
+            except UnreadableRecord as err:
+                unreadable.append(_unreadable(err))
+                return None
             return None if folded is None else await self._project(folded.job)
 
         for status_or_none in await self._bounded(missing, projected):
@@ -381,7 +444,9 @@ class Operations:
             for _, s in sorted(found.items())
             if states is None or s.state in states
         )
-        return JobList(jobs=tuple(jobs))
+        return JobList(
+            jobs=tuple(jobs), unreadable=tuple(sorted(unreadable, key=lambda u: u.job_id))
+        )
 
     async def escalations(
         self, *, delivered: bool | None = None, job_id: str | None = None
@@ -393,13 +458,31 @@ class Operations:
         Acceptable at the scale of one site's training jobs; an index kept by a record
         follower would replace it if listings grow hot.
 
+        A job whose record can't be read is listed apart (``unreadable``, naming the job and
+        the seq); the others are listed as ever.
+
         Args:
             delivered: only delivered (True) or undelivered (False) ones; None: all.
             job_id: only this job's.
+
+        Raises:
+            UnreadableRecord: ``job_id`` was given and its record can't be read.
         """
-        ids = [job_id] if job_id is not None else await self._records.list_jobs()
         out: list[EscalationView] = []
-        for folded in await self._bounded(ids, self._load):
+        unreadable: list[UnreadableJob] = []
+
+        async def load(one: str) -> _Folded | None:
+            try:
+                return await self._load(one)
+            except UnreadableRecord as err:
+                unreadable.append(_unreadable(err))
+                return None
+
+        if job_id is not None:
+            loaded = [await self._load(job_id)]  # this job's own read: its error is the answer
+        else:
+            loaded = await self._bounded(await self._records.list_jobs(), load)
+        for folded in loaded:
             if folded is None:
                 continue
             for esc in folded.job.escalations:
@@ -414,7 +497,9 @@ class Operations:
                         )
                     )
         out.sort(key=lambda e: (e.at, e.job_id, e.id))
-        return EscalationList(escalations=tuple(out))
+        return EscalationList(
+            escalations=tuple(out), unreadable=tuple(sorted(unreadable, key=lambda u: u.job_id))
+        )
 
     # ----------------------------------------------------------------------- commands
 
@@ -627,7 +712,7 @@ class Operations:
                 job_id=job_id,
                 command=name,
                 seq=seqs[-1],
-                events=tuple(RecordedEvent(seq=s, event=e) for s, e in committed),
+                events=tuple(RecordedEvent(seq=s, event=e, writer=_API) for s, e in committed),
                 status=await self._project(folded.job),
                 new_job_id=new_job_id,
                 plan=plan,
@@ -708,7 +793,8 @@ class Operations:
         Returns:
             The new job's creation, if this appended it.
         """
-        entries = await self._records.read(job_id)
+        with _reading(job_id):
+            entries = await self._records.read(job_id)
         events = _events(job_id, entries)
         at = next((i for i, (_, e, _) in enumerate(events) if isinstance(e, Superseded)), None)
         if at is None:
@@ -717,7 +803,8 @@ class Operations:
         assert isinstance(superseded, Superseded)
         if await self._records.last_seq(superseded.new_job):
             return None
-        before = fold(events[:at], self._clock())
+        with _reading(job_id):
+            before = fold(events[:at], self._clock())
         redo = Supersede(by=superseded.by, reason=superseded.reason, new_job_id=superseded.new_job)
         created = next(e for e in decide(before, redo, superseded.at) if isinstance(e, JobCreated))
         msg_id = entries[at].msg_id or f"repair-{job_id}-{entries[at].seq}"
@@ -730,10 +817,11 @@ class Operations:
 
     async def _replay(self, job_id: str, name: str, base: str) -> CommandResponse:
         """Answer a retried request from the events its first try committed."""
-        entries = await self._records.read(job_id)
+        with _reading(job_id):
+            entries = await self._records.read(job_id)
         mine = [
-            RecordedEvent(seq=s, event=e)
-            for (s, e, _), entry in zip(_events(job_id, entries), entries, strict=True)
+            RecordedEvent(seq=s, event=e, writer=w)
+            for (s, e, w), entry in zip(_events(job_id, entries), entries, strict=True)
             if _base_of(entry.msg_id) == base
         ]
         new_job_id, plan = None, None

@@ -34,6 +34,7 @@ from dispatch_core import (
     State,
     Status,
     UtcDatetime,
+    WriterKind,
     decode_command,
     validate_spec,
 )
@@ -189,16 +190,21 @@ class ErrorDetail(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     Attributes:
         code: a stable token: ``invalid``, ``invalid-policy``, ``unknown-cluster``,
             ``unauthorized``, ``forbidden``, ``not-found``, ``method-not-allowed``,
-            ``too-large``, ``refused``, ``busy``, ``unavailable``, ``internal``.
+            ``too-large``, ``refused``, ``record-unreadable``, ``busy``, ``unavailable``,
+            ``internal``.
         message: the sentence for a person (for ``refused``, the core's reason).
         field: the request field at fault as a path (``spec.cluster``,
             ``policy.rules[0].on[1]``), or the header or query parameter; absent when the
             error isn't about one field.
+        job_id: for ``record-unreadable``, the job whose record can't be read.
+        seq: for ``record-unreadable``, the seq of the event that can't be read.
     """
 
     code: str
     message: str
     field: str | None = None
+    job_id: str | None = None
+    seq: int | None = None
 
 
 class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
@@ -213,10 +219,13 @@ class RecordedEvent(msgspec.Struct, frozen=True, kw_only=True):
     Attributes:
         seq: its place in the record (the JetStream stream sequence; increasing, with gaps).
         event: the event, tagged by ``type`` (its ``at`` is when it was decided).
+        writer: the kind of writer that appended it (``api``, ``supervisor``, ``notifier``;
+            contract v2's record subject says which).
     """
 
     seq: int
     event: JobEvent
+    writer: WriterKind
 
 
 class SubmitResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -309,10 +318,26 @@ class JobSummary(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
+class UnreadableJob(msgspec.Struct, frozen=True, kw_only=True):
+    """A job whose record can't be read, listed apart by the listings (issue 10, "Poison
+    contained"): its own reads answer 422 ``record-unreadable``.
+
+    Attributes:
+        job_id: the job.
+        seq: the seq of the event that can't be read.
+        message: why (it does not decode, or its writer may not write it).
+    """
+
+    job_id: str
+    seq: int
+    message: str
+
+
 class JobList(msgspec.Struct, frozen=True, kw_only=True):
-    """``GET /v1/jobs``: the jobs, by id."""
+    """``GET /v1/jobs``: the jobs, by id; jobs whose record can't be read, apart."""
 
     jobs: tuple[JobSummary, ...]
+    unreadable: tuple[UnreadableJob, ...] = ()
 
 
 class EscalationView(msgspec.Struct, frozen=True, kw_only=True):
@@ -336,9 +361,11 @@ class EscalationView(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class EscalationList(msgspec.Struct, frozen=True, kw_only=True):
-    """``GET /v1/escalations``: escalations across jobs, oldest first."""
+    """``GET /v1/escalations``: escalations across jobs, oldest first; jobs whose record
+    can't be read (so whose escalations can't be listed), apart."""
 
     escalations: tuple[EscalationView, ...]
+    unreadable: tuple[UnreadableJob, ...] = ()
 
 
 # ----------------------------------------------------------------------------- decoding

@@ -55,6 +55,7 @@ from dispatch_core import (
     EscalationCommitted,
     EscalationDelivered,
     Job,
+    MalformedRecord,
     WriterKind,
     decode_event,
     encode,
@@ -134,7 +135,16 @@ class Undelivered:
             seen, last = self._read.get(job_id, (0, 0))
             if count == seen:
                 continue
-            entries = await self._store.read(job_id, after_seq=last)
+            try:
+                entries = await self._store.read(job_id, after_seq=last)
+            except MalformedRecord as err:  # an event on no writer's subject: this job only
+                if job_id not in self._bad:
+                    self._bad.add(job_id)
+                    log.error(
+                        "audit.unreadable",
+                        extra={"job_id": job_id, "seq": err.seq, "error": str(err)},
+                    )
+                continue
             for entry in entries:
                 try:
                     event = decode_event(entry.payload)
@@ -367,9 +377,21 @@ class Notifier:
         except asyncio.CancelledError:
             await self._nak(d, None)  # shutting down: let another replica have it now
             raise
+        except MalformedRecord as err:
+            # The job's record can't be read (an event that does not decode, one its writer
+            # may not write, a history dispatch could not have written): that job's problem
+            # only (issue 10). Its escalation is left alone, terminated, never redelivered;
+            # the audit keeps reporting it undelivered. Every other job goes on.
+            self._metrics.errors.labels("unreadable-record").inc()
+            jlog.error(
+                "record.unreadable",
+                extra={"record_seq": err.seq, "error": str(err)},
+            )
+            await self._term(d, jlog)
+            return
         except DispatchError as err:
-            # The record can't be folded: a bug, or events of a newer build (a rolling
-            # upgrade). Not terminated: a fixed or newer replica delivers it later.
+            # Another refusal of the core: a bug. Not terminated: a fixed replica delivers
+            # it later.
             self._metrics.errors.labels("malformed-record").inc()
             delay = self._backoff.max_s
             jlog.error("record.malformed", extra={"error": str(err), "retry_in_s": delay})
@@ -387,6 +409,12 @@ class Notifier:
             await self._ack(d, jlog)
         else:
             await self._nak(d, delay)
+
+    async def _term(self, d: Delivery, jlog: JobLogger) -> None:
+        try:
+            await d.term()
+        except NatsStoreError as err:  # handled again after ack_wait: terminated again
+            jlog.warning("consumer.term_failed", extra={"error": str(err)})
 
     async def _nak(self, d: Delivery, delay_s: float | None) -> None:
         try:

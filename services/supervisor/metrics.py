@@ -21,6 +21,14 @@ class SupervisorMetrics:
             ("result",),
             registry=registry,
         )
+        self.poison = Counter(
+            "dispatch_supervisor_unreadable_records",
+            "Passes that found a job's record unreadable and left the job alone (issue 10), "
+            "by why: undecodable (an event does not decode), writer (its writer may not write "
+            "it) or malformed (a history dispatch could not have written).",
+            ("why",),
+            registry=registry,
+        )
         self.pass_duration = Histogram(
             "dispatch_supervisor_pass_duration_seconds",
             "Time one pass took: read, plan, commit, carry out, publish the status.",

@@ -443,12 +443,16 @@ class PassExecutor:
     # -- reading ----------------------------------------------------------------------------
 
     async def _refresh(self, job_id: str) -> Job | None:
-        """Fold what is new in the job's record into the cache; return the job."""
+        """Fold what is new in the job's record into the cache; return the job.
+
+        Raises:
+            PoisonRecord: an event can't be read (naming the job and seq).
+        """
         prior = self._jobs.get(job_id)
-        entries = await self._records.read(job_id, 0 if prior is None else prior.seq)
-        if not entries:
-            return prior
         try:
+            entries = await self._records.read(job_id, 0 if prior is None else prior.seq)
+            if not entries:
+                return prior
             job = fold(record_items(job_id, entries), self._clock(), prior=prior)
         except MalformedRecord as err:  # undecodable, refused writer, out of order...
             raise PoisonRecord(job_id, err) from err

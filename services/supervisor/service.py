@@ -40,7 +40,15 @@ from prometheus_client import CollectorRegistry
 
 from dispatch_backends import Backend, close_backend
 from dispatch_backends.config import load_clusters, make_backend
-from dispatch_core import State, Status, WriterKind, decode
+from dispatch_core import (
+    MalformedRecord,
+    State,
+    Status,
+    UndecodableEvent,
+    WriterKind,
+    WriterRefused,
+    decode,
+)
 from dispatch_nats import (
     DEFAULT_LAYOUT,
     Delivery,
@@ -58,7 +66,7 @@ from services.common.http import health_app, start_http
 from services.common.lifecycle import connect_nats, drain, run_until_stopped
 from services.supervisor.config import NOTIFIER, SupervisorConfig
 from services.supervisor.metrics import SupervisorMetrics
-from services.supervisor.passes import PassError, PassExecutor, PassOutcome
+from services.supervisor.passes import PassError, PassExecutor, PassOutcome, PoisonRecord
 from services.supervisor.ports import DeliverFn
 
 __all__ = [
@@ -360,7 +368,13 @@ class Scheduler:
                 log.warning("supervisor.pass_retry", extra={"job_id": job_id, "error": str(err)})
                 return None, "nak"
             self._metrics.passes.labels("poison").inc()
-            log.error("supervisor.pass_poison", extra={"job_id": job_id, "error": str(err)})
+            extra: dict[str, object] = {"job_id": job_id, "error": str(err)}
+            if isinstance(err, PoisonRecord):
+                # The job is left alone: its messages are terminated (never redelivered), no
+                # Status is published, so no deadline wakes it again (issue 10).
+                self._metrics.poison.labels(_poison_kind(err.error)).inc()
+                extra["seq"] = err.seq
+            log.error("supervisor.pass_poison", extra=extra)
             return None, "term"
         except NatsStoreError as err:
             self._metrics.passes.labels("retry").inc()
@@ -386,6 +400,15 @@ class Scheduler:
                     slot.deliveries = []
             await asyncio.gather(*(_settle(d, "nak") for d in waiting))
         self._tg = None
+
+
+def _poison_kind(err: MalformedRecord) -> str:
+    """The ``why`` label of an unreadable record."""
+    if isinstance(err, UndecodableEvent):
+        return "undecodable"
+    if isinstance(err, WriterRefused):
+        return "writer"
+    return "malformed"
 
 
 async def _settle(

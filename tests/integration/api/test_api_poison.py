@@ -1,0 +1,96 @@
+"""Poison contained (issue 10, item 4): a record holding an event that can't be read (it does
+not decode, or the kind of writer that appended it may not write it) makes that job's reads
+answer 422 ``record-unreadable`` naming the job and the seq; every other job, and the
+listings, still answer (the listings name the job apart, under ``unreadable``)."""
+
+from __future__ import annotations
+
+import pytest
+from nats.aio.client import Client as NATS
+
+from dispatch_core import (
+    Actor,
+    ActorKind,
+    CancelRequested,
+    EscalationCommitted,
+    WriterKind,
+    encode,
+)
+from dispatch_nats import RecordStore
+from tests.integration.api.support import Api, now
+
+pytestmark = pytest.mark.integration
+
+
+async def _poison(api: Api, nc: NATS, job_id: str, how: str) -> int:
+    """Make the job's record unreadable; return the seq of the event at fault."""
+    if how == "undecodable":
+        # A privileged raw connection publishes what no build of dispatch wrote.
+        subject = api.layout.record_subject(job_id, WriterKind.SUPERVISOR)
+        ack = await nc.jetstream().publish(subject, b'{"type": "cancel.requested", "job_id": 7}')
+        return ack.seq
+    notifier = RecordStore(nc, writer=WriterKind.NOTIFIER, layout=api.layout)
+    try:
+        forged = CancelRequested(
+            job_id=job_id,
+            at=now(),
+            by=Actor(name="alice", kind=ActorKind.HUMAN),
+            reason="forged by a notifier",
+        )
+        last = await notifier.last_seq(job_id)
+        return await notifier.append(
+            job_id, encode(forged), expected_last_seq=last, msg_id=f"forged-{job_id}"
+        )
+    finally:
+        await notifier.aclose()
+
+
+def _names(reply_error: dict[str, object], job_id: str, seq: int) -> None:
+    assert reply_error["code"] == "record-unreadable"
+    assert reply_error["job_id"] == job_id
+    assert reply_error["seq"] == seq
+    assert f"record of job {job_id!r}, event seq {seq}" in str(reply_error["message"])
+
+
+@pytest.mark.parametrize("how", ["undecodable", "refused-writer"])
+async def test_an_unreadable_record_is_that_jobs_problem_only(api: Api, nc: NATS, how: str) -> None:
+    bad = (await api.submit(job_id="bad"))["job_id"]
+    good = (await api.submit(job_id="good"))["job_id"]
+    for job_id in (bad, good):
+        await api.append(
+            job_id, EscalationCommitted(job_id=job_id, at=now(), id="give-up", detail="x")
+        )
+    # Read once, so the API's cache holds both folds: the poison comes after them.
+    assert (await api.call("GET", "/v1/escalations")).status == 200
+    seq = await _poison(api, nc, bad, how)
+
+    listing = await api.call("GET", "/v1/escalations")
+    assert listing.status == 200, listing.text
+    assert [(e["job_id"], e["id"]) for e in listing.body["escalations"]] == [(good, "give-up")]
+    [unreadable] = listing.body["unreadable"]
+    assert (unreadable["job_id"], unreadable["seq"]) == (bad, seq)
+    assert f"event seq {seq}" in unreadable["message"]
+
+    jobs = await api.call("GET", "/v1/jobs")
+    assert jobs.status == 200, jobs.text
+    assert [j["job_id"] for j in jobs.body["jobs"]] == [good]
+    assert [(u["job_id"], u["seq"]) for u in jobs.body["unreadable"]] == [(bad, seq)]
+
+    # Every other job answers as before.
+    assert (await api.call("GET", f"/v1/jobs/{good}")).status == 200
+    assert (await api.call("GET", f"/v1/jobs/{good}/record")).status == 200
+    assert (await api.command(good, "hold")).status == 200
+
+    # That job's own reads and commands name it and the seq.
+    for reply in (
+        await api.call("GET", f"/v1/jobs/{bad}"),
+        await api.call("GET", f"/v1/jobs/{bad}/record"),
+        await api.call("GET", f"/v1/escalations?job={bad}"),
+        await api.command(bad, "cancel"),
+    ):
+        assert reply.status == 422, reply.text
+        _names(reply.error, bad, seq)
+    # The part of its record before the event still reads.
+    before = await api.call("GET", f"/v1/jobs/{bad}/record?after={seq}")
+    assert before.status == 200, before.text
+    assert before.body["events"] == []
