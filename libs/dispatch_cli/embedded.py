@@ -6,7 +6,8 @@ One private nats-server (JetStream, loopback) and the four services as child pro
 ==========  =============================================================================
 child       what
 ==========  =============================================================================
-nats        ``nats-server -js`` storing under ``<data>/nats`` (records survive restarts)
+nats        ``nats-server -c <data>/nats.conf`` storing under ``<data>/nats`` (records
+            survive restarts); locked: see "NATS identities" below
 observer    the observer of the local cluster ``local`` (objects under ``<data>/local``)
 observer-C  with ``--clusters FILE``: the observer of each of FILE's clusters ``C``
             (:mod:`dispatch_cli.clusters`), with its backend's poll interval
@@ -21,6 +22,16 @@ api         the HTTP API on ``127.0.0.1:<port>`` with ``<data>/tokens.toml``
 The observers, the supervisor and the API read ``<data>/clusters.json``: the local cluster
 and FILE's clusters, written on every start.
 
+NATS identities: ``up`` makes one nkey identity per service (``api``, ``supervisor``,
+``notifier``, ``observer-<cluster>``, and ``reader`` for its own health check) under
+``<data>/nats-identities/<identity>.nk`` (seeds, mode 0600, kept across starts), and renders
+``<data>/nats.conf`` with :func:`dispatch_nats.permissions.render_server_config`: those
+users with their permissions, no anonymous access, no monitoring port. Each service gets
+its own seed file and inbox prefix through its ``<PREFIX>NATS_*`` variables. The NATS health
+check is a client connection with the ``reader`` identity asking JetStream for its account
+info. With ``--nats URL[,URL...] --nats-credentials DIR`` no nats-server is started: the
+services connect to those URLs with the credentials in DIR (:data:`CREDENTIAL_FILES`).
+
 Children run in their own sessions (a Ctrl-C reaches ``up`` alone, which stops them in
 reverse order, each within a bounded grace) and die with ``up`` if it is killed
 (``PR_SET_PDEATHSIG``). Their logs go to ``<data>/logs/<name>.log``. A child that exits
@@ -32,6 +43,7 @@ stopped and are supervised again when it starts (the record and the objects are 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import fcntl
@@ -53,6 +65,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final
 
+import nats
+import nats.errors
+
 from dispatch_backends.config import ClusterConfig, LocalCluster, load_clusters, poll_interval_s
 from dispatch_cli.clusters import (
     BUILTIN,
@@ -61,7 +76,7 @@ from dispatch_cli.clusters import (
     clusters_document,
     read_clusters_file,
 )
-from dispatch_cli.errors import CliError
+from dispatch_cli.errors import CliError, UsageError
 from dispatch_cli.home import (
     UpState,
     load_or_make_token,
@@ -71,9 +86,22 @@ from dispatch_cli.home import (
     write_private,
     write_state,
 )
+from dispatch_cli.natsite import PREFIXES, identity_files, write_private_text
+from dispatch_nats import DEFAULT_LAYOUT
+from dispatch_nats.identities import IdentityError, make_identities, seed_path
+from dispatch_nats.permissions import (
+    Identity,
+    Role,
+    inbox_prefix,
+    render_server_config,
+    service_identities,
+    users,
+)
+from dispatch_nats.urls import redact_url
 
 __all__ = [
     "CLUSTER",
+    "CREDENTIAL_FILES",
     "RESTART_BACKOFF_S",
     "Embedded",
     "UpError",
@@ -92,7 +120,16 @@ _SERVICE_GRACE_S: Final = 5.0
 """``*_SHUTDOWN_GRACE_S`` of the services; ``up`` waits a little longer before SIGKILL."""
 _STOP_WAIT_S: Final = _SERVICE_GRACE_S + 5.0
 _PR_SET_PDEATHSIG: Final = 1
-_DROPPED_PREFIXES: Final = ("API_", "OBSERVER_", "SUPERVISOR_")
+_DROPPED_PREFIXES: Final = ("API_", "OBSERVER_", "SUPERVISOR_", "NOTIFIER_NATS_")
+_IDENTITIES_DIR: Final = "nats-identities"
+_NATS_CONFIG: Final = "nats.conf"
+CREDENTIAL_FILES: Final = """\
+DIR of `dispatch up --nats-credentials DIR` holds one credential per service, named after its
+identity: api, supervisor, notifier, observer (the local cluster's observer is
+observer-local) and observer-<cluster> per --clusters cluster, each either <identity>.nk (an
+nkey seed, as `dispatch nats init` makes) or <identity>.creds (a NATS .creds file); plus,
+optionally, ca.pem (the CA of the servers' TLS certificates) and client-cert.pem with
+client-key.pem (a client certificate for servers that verify clients)."""
 _CLUSTERS_FILE: Final = "clusters.json"
 _OLD_CLUSTERS_FILE: Final = "clusters.toml"
 """What ``up`` wrote before it took ``--clusters`` (removed when it is ours)."""
@@ -162,6 +199,44 @@ def _die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def _nats_healthy(url: str, seed: Path, inbox: str) -> bool:
+    """Whether the nats-server at ``url`` takes a connection with the identity of ``seed``
+    and its JetStream answers (no monitoring port: it is off)."""
+
+    async def check() -> bool:
+        async def quiet(err: Exception) -> None:
+            return None
+
+        nc = nats.NATS()
+        try:
+            async with asyncio.timeout(5):
+                await nc.connect(
+                    servers=[url],
+                    nkeys_seed=str(seed),
+                    inbox_prefix=inbox,
+                    connect_timeout=2,
+                    allow_reconnect=False,
+                    # nats-py retries the first connection for ever with 0
+                    max_reconnect_attempts=1,
+                    reconnect_time_wait=0.1,
+                    error_cb=quiet,
+                )
+        except (OSError, TimeoutError, nats.errors.Error):
+            with contextlib.suppress(Exception):
+                await nc.close()
+            return False
+        try:
+            reply = await nc.request(f"{DEFAULT_LAYOUT.api_prefix}.INFO", b"", timeout=2)
+            return b'"error"' not in reply.data
+        except (OSError, TimeoutError, nats.errors.Error):
+            return False
+        finally:
+            with contextlib.suppress(Exception):
+                await nc.close()
+
+    return asyncio.run(check())
+
+
 def _healthy(url: str) -> bool:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
@@ -188,7 +263,10 @@ class _Child:
     env: dict[str, str]
     log_path: Path
     health_url: str
+    """Its health check, for messages: ``http://.../healthz`` or what ``check`` does."""
     what: str
+    check: Callable[[], bool] | None = None
+    """The health check, when it is not an HTTP GET of ``health_url``."""
     proc: subprocess.Popen[bytes] | None = None
     failures: int = 0
     started_at: float = 0.0
@@ -213,6 +291,9 @@ class _Child:
     @property
     def exit_code(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
+
+    def healthy(self) -> bool:
+        return self.check() if self.check is not None else _healthy(self.health_url)
 
     def stop(self, wait_s: float) -> str | None:
         """SIGTERM, wait, SIGKILL; return a complaint when it had to be killed."""
@@ -290,6 +371,8 @@ class Embedded:
         kill_wait_s: float = 10.0,
         env: Mapping[str, str] | None = None,
         clusters_file: Path | None = None,
+        nats_urls: tuple[str, ...] = (),
+        nats_credentials: Path | None = None,
     ) -> None:
         """Prepare (not start) the embedded default; read and check ``clusters_file``.
 
@@ -303,10 +386,16 @@ class Embedded:
             env: the environment the children start from (default ``os.environ``).
             clusters_file: more clusters to serve beside the local one (``--clusters``,
                 see :mod:`dispatch_cli.clusters`).
+            nats_urls: an existing NATS to use instead of starting one (``--nats``).
+            nats_credentials: with ``nats_urls``, the directory of the services'
+                credentials (:data:`CREDENTIAL_FILES`).
 
         Raises:
-            UsageError: ``clusters_file`` is unreadable or invalid (nothing has started).
+            UsageError: ``clusters_file`` is unreadable or invalid, or ``nats_urls`` and
+                ``nats_credentials`` are not given together (nothing has started).
         """
+        if bool(nats_urls) != (nats_credentials is not None):
+            raise UsageError("--nats and --nats-credentials go together")
         self.data_dir = data_dir.expanduser().resolve()
         self.api_port = api_port
         self.say = say
@@ -329,6 +418,14 @@ class Embedded:
         self.clusters: tuple[ClusterConfig, ...] = (builtin, *extra)
         """Every cluster served: the local one first, then ``clusters_file``'s."""
         self.clusters_path = self.data_dir / _CLUSTERS_FILE
+        self.external_nats = nats_urls
+        self.nats_credentials = (
+            None if nats_credentials is None else nats_credentials.expanduser().resolve()
+        )
+        self.identities_dir = self.data_dir / _IDENTITIES_DIR
+        self._nats_keys: dict[Identity, str] = {}
+        self._nats_env: dict[str, dict[str, str]] = {}
+        """Identity name -> its service's ``NATS_*`` settings (without the prefix)."""
 
     # -- start ----------------------------------------------------------------------------------
 
@@ -342,6 +439,11 @@ class Embedded:
         self._prepare()
         try:
             self._plan_children()
+            if self.external_nats:
+                self.say(
+                    f"  using NATS at {self.nats_url} with the credentials in "
+                    f"{self.nats_credentials}"
+                )
             for child in self.children:
                 self._start_child(child)
             state = UpState(
@@ -408,11 +510,55 @@ class Embedded:
             ).encode(),
         )
         self._forgotten_clusters()
+        self._prepare_identities()
         write_private(self.clusters_path, clusters_document(self.clusters))
         old = self.data_dir / _OLD_CLUSTERS_FILE
         with contextlib.suppress(OSError), old.open("rb") as f:
             if f.read(len(_WRITTEN_MARK)) == _WRITTEN_MARK:
                 old.unlink()
+
+    def _service_identities(self) -> list[Identity]:
+        return service_identities((c.name for c in self.clusters), reader=False)
+
+    def _prepare_identities(self) -> None:
+        """Decide each service's NATS settings: its own seed (made once, 0600) for the private
+        server, or its file in ``--nats-credentials DIR``."""
+        wanted = self._service_identities()
+        if self.nats_credentials is not None:
+            found = identity_files(self.nats_credentials, wanted)
+            missing = [i.name for i in wanted if i not in found]
+            if missing:
+                raise UpError(
+                    f"{self.nats_credentials} has no credential for "
+                    + ", ".join(missing)
+                    + ".\n"
+                    + CREDENTIAL_FILES
+                )
+            tls: dict[str, str] = {}
+            ca = self.nats_credentials / "ca.pem"
+            if ca.is_file():
+                tls["NATS_TLS_CA_FILE"] = str(ca)
+            cert, key = (self.nats_credentials / f for f in ("client-cert.pem", "client-key.pem"))
+            if cert.is_file() and key.is_file():
+                tls["NATS_TLS_CERT_FILE"], tls["NATS_TLS_KEY_FILE"] = str(cert), str(key)
+            for ident, path in found.items():
+                kind = "NATS_CREDS_FILE" if path.suffix == ".creds" else "NATS_NKEY_SEED_FILE"
+                self._nats_env[ident.name] = {
+                    kind: str(path),
+                    "NATS_INBOX_PREFIX": inbox_prefix(ident),
+                    **tls,
+                }
+            return
+        try:
+            keys = make_identities(self.identities_dir, [*wanted, Identity(Role.READER)])
+        except IdentityError as err:
+            raise UpError(f"can't make the NATS identities: {err}") from None
+        self._nats_keys = keys
+        for ident in wanted:
+            self._nats_env[ident.name] = {
+                "NATS_NKEY_SEED_FILE": str(seed_path(self.identities_dir, ident)),
+                "NATS_INBOX_PREFIX": inbox_prefix(ident),
+            }
 
     def _forgotten_clusters(self) -> None:
         """Say which clusters of the previous start this one doesn't serve (``--clusters`` is
@@ -446,18 +592,26 @@ class Embedded:
         return env
 
     def _plan_children(self) -> None:
-        nats_port, nats_monitor = free_port(), free_port()
-        self.nats_url = f"nats://127.0.0.1:{nats_port}"
+        nats_port = free_port()
+        urls = self.external_nats or (f"nats://127.0.0.1:{nats_port}",)
+        self.nats_url = ",".join(redact_url(u) for u in urls)
         clusters = str(self.clusters_path)
         py = [sys.executable, "-m"]
         health = {name: free_port() for name in ("supervisor", "notifier")}
         grace = str(_SERVICE_GRACE_S)
 
         def service(
-            name: str, prefix: str, settings: dict[str, str], what: str, *, module: str = ""
+            name: str,
+            identity: Identity,
+            settings: dict[str, str],
+            what: str,
+            *,
+            module: str = "",
         ) -> _Child:
+            prefix = PREFIXES[identity.role]
             own = {
-                f"{prefix}NATS_URL": self.nats_url,
+                f"{prefix}NATS_URL": ",".join(urls),
+                **{prefix + k: v for k, v in self._nats_env[identity.name].items()},
                 f"{prefix}HTTP_HOST": "127.0.0.1",
                 f"{prefix}SHUTDOWN_GRACE_S": grace,
                 f"{prefix}LOG_LEVEL": "info",
@@ -474,27 +628,9 @@ class Embedded:
                 what=what,
             )
 
-        nats = _Child(
-            name="nats",
-            argv=[
-                str(nats_server_binary()),
-                "-js",
-                "-a",
-                "127.0.0.1",
-                "--port",
-                str(nats_port),
-                "-m",
-                str(nats_monitor),
-                "--store_dir",
-                str(self.data_dir / "nats"),
-                "--server_name",
-                "dispatch-up",
-            ],
-            env=dict(self.base_env),
-            log_path=self.logs_dir / "nats.log",
-            health_url=f"http://127.0.0.1:{nats_monitor}/healthz?js-enabled-only=true",
-            what=f"nats-server with JetStream ({self.nats_url})",
-        )
+        nats: list[_Child] = []
+        if not self.external_nats:
+            nats.append(self._nats_child(nats_port))
 
         def observer(cluster: ClusterConfig) -> _Child:
             settings = {
@@ -510,7 +646,7 @@ class Embedded:
                 settings["POLL_INTERVAL_S"] = str(interval)
             return service(
                 _observer_name(cluster.name),
-                "OBSERVER_",
+                Identity(Role.OBSERVER, cluster.name),
                 settings,
                 f"observer of cluster {cluster.name!r} ({backend_of(cluster)} backend, "
                 f"polled every {interval:g} s)",
@@ -518,11 +654,11 @@ class Embedded:
             )
 
         self.children = [
-            nats,
+            *nats,
             *(observer(cluster) for cluster in self.clusters),
             service(
                 "supervisor",
-                "SUPERVISOR_",
+                Identity(Role.SUPERVISOR),
                 {
                     "CLUSTERS_FILE": clusters,
                     "HTTP_PORT": str(health["supervisor"]),
@@ -533,7 +669,7 @@ class Embedded:
             ),
             service(
                 "notifier",
-                "NOTIFIER_",
+                Identity(Role.NOTIFIER),
                 {
                     "HTTP_PORT": str(health["notifier"]),
                     "LOG_FILE": str(self.escalations_log),
@@ -549,7 +685,7 @@ class Embedded:
             ),
             service(
                 "api",
-                "API_",
+                Identity(Role.API),
                 {
                     "HTTP_PORT": str(self.api_port),
                     "TOKENS_FILE": str(self.data_dir / "tokens.toml"),
@@ -559,13 +695,37 @@ class Embedded:
             ),
         ]
 
+    def _nats_child(self, port: int) -> _Child:
+        """The private nats-server, with the configuration that locks it (module docstring)."""
+        config = render_server_config(
+            users(DEFAULT_LAYOUT, self._nats_keys),
+            host="127.0.0.1",
+            port=port,
+            store_dir=str(self.data_dir / "nats"),
+            server_name="dispatch-up",
+        )
+        config_path = self.data_dir / _NATS_CONFIG
+        write_private_text(config_path, config)
+        url = f"nats://127.0.0.1:{port}"
+        reader = Identity(Role.READER)
+        seed = seed_path(self.identities_dir, reader)
+        return _Child(
+            name="nats",
+            argv=[str(nats_server_binary()), "-c", str(config_path)],
+            env=dict(self.base_env),
+            log_path=self.logs_dir / "nats.log",
+            health_url=f"{url} (JetStream account info, as identity {reader})",
+            what=f"nats-server with JetStream ({url}, locked: one identity per service)",
+            check=lambda: _nats_healthy(url, seed, inbox_prefix(reader)),
+        )
+
     def _start_child(self, child: _Child) -> None:
         begin = time.monotonic()
         self.say(f"  starting {child.what} ...")
         offset = child.log_path.stat().st_size if child.log_path.exists() else 0
         child.start(self.data_dir / "work")
         deadline = begin + _READY_TIMEOUT_S
-        while not _healthy(child.health_url):
+        while not child.healthy():
             code = child.exit_code
             if code is not None:
                 raise UpError(

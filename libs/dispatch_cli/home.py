@@ -10,6 +10,9 @@ The data directory (``--data-dir``, else ``$DISPATCH_DATA_DIR``, else
     up.json          the running ``up``: API address, pid, NATS URL (removed when it stops)
     up.lock          held while an ``up`` runs on this directory
     nats/            the JetStream store (records, statuses, discoveries)
+    nats.conf        the private nats-server's configuration: each service's identity (public
+                     nkey) and permissions, no anonymous access, no monitoring port
+    nats-identities/ one nkey seed per service identity (0600, kept across starts)
     local/           the local backend's objects (each execution's stdout, stderr, status)
     logs/            one log file per service (JSON lines)
     escalations.log  every escalation the notifier delivered to the terminal channel
@@ -58,7 +61,8 @@ class UpState(msgspec.Struct, frozen=True, kw_only=True):
     Attributes:
         api: the API's base URL (``http://127.0.0.1:8080``).
         pid: the ``dispatch up`` process.
-        nats_url: its private nats-server.
+        nats_url: its NATS: its private nats-server, or the ``--nats`` URLs (comma-separated,
+            without any credentials they carry).
         data_dir: the data directory.
         cluster: the local cluster's name.
         local_data_dir: the local backend's data directory (for fault injection).

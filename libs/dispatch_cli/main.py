@@ -177,13 +177,31 @@ def cli() -> None:
     "name, backend and its settings), each with an observer of its own. Not remembered: "
     "give it on every start.",
 )  # fmt: skip
+@click.option(
+    "--nats", "nats_urls", metavar="URL[,URL...]",
+    help="Use this existing NATS (with JetStream) instead of starting one; needs "
+    "--nats-credentials.",
+)  # fmt: skip
+@click.option(
+    "--nats-credentials", metavar="DIR", type=click.Path(file_okay=False, path_type=Path),
+    help="With --nats: the directory of the services' NATS credentials, one file per "
+    "identity: api.nk, supervisor.nk, notifier.nk, observer-local.nk, observer-<cluster>.nk "
+    "(nkey seeds from `dispatch nats init`, or .creds files); optional ca.pem, "
+    "client-cert.pem and client-key.pem for TLS.",
+)  # fmt: skip
 @click.option("--verbose", "-v", is_flag=True, help="Also print every service's log lines.")
 @click.option(
     "--json", "as_json", is_flag=True,
     help="Once ready, print one JSON line (api, pid, nats_url, data_dir, ...) and the token.",
 )  # fmt: skip
 def up(
-    data_dir: Path | None, port: int, clusters_file: Path | None, verbose: bool, as_json: bool
+    data_dir: Path | None,
+    port: int,
+    clusters_file: Path | None,
+    nats_urls: str | None,
+    nats_credentials: Path | None,
+    verbose: bool,
+    as_json: bool,
 ) -> int:
     """Run dispatch on this machine until Ctrl-C: a private nats-server with JetStream,
     the observer of the local cluster, a supervisor, the notifier and the API, all on
@@ -202,6 +220,13 @@ def up(
     taken from FILE's directory. The option is not remembered: a start without it serves
     the local cluster alone (and says which clusters it no longer serves).
 
+    NATS is locked: each service has its own identity (nkey seeds, mode 0600, under <data
+    dir>/nats-identities/, kept across starts), and the private nats-server (configuration
+    <data dir>/nats.conf, no monitoring port) refuses a connection without one and lets
+    each identity do only its service's work. With --nats URL --nats-credentials DIR the
+    services use that NATS with the credentials in DIR (`dispatch nats init` makes them)
+    and no nats-server is started. No NATS secret is printed.
+
     \b
     Examples:
       dispatch up --data-dir /tmp/dispatch --port 8080
@@ -219,7 +244,16 @@ def up(
     # With --json, stdout has the one JSON line; the progress goes to stderr.
     say = _err if as_json else _echo
     # A bad clusters file is refused here, before anything starts.
-    embedded = Embedded(data, api_port=port, say=say, verbose=verbose, clusters_file=clusters_file)
+    urls = tuple(u.strip() for u in (nats_urls or "").split(",") if u.strip())
+    embedded = Embedded(
+        data,
+        api_port=port,
+        say=say,
+        verbose=verbose,
+        clusters_file=clusters_file,
+        nats_urls=urls,
+        nats_credentials=nats_credentials,
+    )
     stop = threading.Event()
     presses = 0
 
@@ -736,6 +770,156 @@ _operator(
     "Kill every live object of a job at once, without waiting (cancels a job without an outcome).",
     'dispatch emergency-stop digits-k3x9ab2c --reason "writing to the wrong bucket"',
 )
+
+
+# ------------------------------------------------------------------------------ nats
+
+
+@cli.group(short_help="NATS identities, permissions and server configuration of a site.")
+def nats() -> None:
+    """NATS identities and the nats-server configuration that enforces their permissions
+    (deploy/nats/README.md).
+
+    Every dispatch service connects with its own identity (api, supervisor, notifier,
+    observer-<cluster>), and nats-server lets each publish and subscribe only what its work
+    needs; nobody may delete or purge a stream or consumer; there is no anonymous access.
+    `dispatch up` does all of this by itself for its private server; `dispatch nats init`
+    does it for a site that runs its own NATS.
+    """
+
+
+def _server_spec(text: str, *, route_port: int) -> Any:
+    """``NAME=HOST:PORT[:ROUTE_PORT]`` -> a ``ServerSpec``."""
+    from dispatch_cli.natsite import ServerSpec
+
+    name, sep, where = text.partition("=")
+    if not sep:
+        name, where = "", text
+    parts = where.split(":")
+    if len(parts) == 3 and parts[2].isdigit():
+        route_port = int(parts.pop())
+    host, port = ":".join(parts[:-1]), parts[-1]
+    if not host or not port.isdigit():
+        raise UsageError(
+            f"--server {text!r}: use NAME=HOST:PORT[:ROUTE_PORT] (e.g. n1=nats1.example:4222)"
+        )
+    return ServerSpec(
+        name=name or host.split(".")[0], host=host, port=int(port), route_port=route_port
+    )
+
+
+@nats.command("init", short_help="Make a site's identities and nats-server configuration.")
+@click.option(
+    "--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+    help="Directory to write into (identities/, the server configuration(s), env/).",
+)  # fmt: skip
+@click.option(
+    "--cluster", "clusters", multiple=True, required=True, metavar="NAME",
+    help="A cluster dispatch serves (one observer identity each); repeat for several.",
+)  # fmt: skip
+@click.option(
+    "--server", "servers", multiple=True, metavar="NAME=HOST:PORT[:ROUTE_PORT]",
+    help="A nats-server of the site (where clients and the other servers reach it); give 3 "
+    "for a JetStream cluster [default: one server, local=127.0.0.1:4222].",
+)  # fmt: skip
+@click.option("--route-port", type=click.IntRange(1, 65535), default=6222, show_default=True,
+              help="Cluster route port of the servers that name none.")  # fmt: skip
+@click.option("--listen", default="0.0.0.0", show_default=True,
+              help="Address the servers listen on.")  # fmt: skip
+@click.option("--store-dir", default="/var/lib/nats/{server}", show_default=True,
+              help="JetStream store directory ({server}: the server's name).")  # fmt: skip
+@click.option("--namespace", default="", help="The installation's namespace (default: none).")
+@click.option("--tls-cert", metavar="FILE", default="",
+              help="Server certificate (PEM; {server}: its name); enables TLS.")  # fmt: skip
+@click.option("--tls-key", metavar="FILE", default="", help="Its key (PEM; {server} too).")
+@click.option("--tls-ca", metavar="FILE", default="",
+              help="CA bundle: signs the servers' certificates (the services trust it) and, "
+              "with --tls-verify, the clients'.")  # fmt: skip
+@click.option("--tls-verify", is_flag=True,
+              help="Require a client certificate from every service.")  # fmt: skip
+@click.option("--client-cert", metavar="FILE", default="",
+              help="Client certificate the services present (with --tls-verify).")  # fmt: skip
+@click.option("--client-key", metavar="FILE", default="", help="Its key.")
+@click.option("--supervisor-durable", default="supervisor", show_default=True,
+              help="SUPERVISOR_DURABLE of the site's supervisors.")  # fmt: skip
+@click.option("--notifier-durable", default="notifier", show_default=True,
+              help="NOTIFIER_DURABLE of the site's notifiers.")  # fmt: skip
+def nats_init(
+    out: Path,
+    clusters: tuple[str, ...],
+    servers: tuple[str, ...],
+    route_port: int,
+    listen: str,
+    store_dir: str,
+    namespace: str,
+    tls_cert: str,
+    tls_key: str,
+    tls_ca: str,
+    tls_verify: bool,
+    client_cert: str,
+    client_key: str,
+    supervisor_durable: str,
+    notifier_durable: str,
+) -> int:
+    """Make (or reuse) one nkey identity per service under OUT/identities/ (seed files,
+    mode 0600: copy each to its service's host only), and write the nats-server
+    configuration enforcing their permissions (OUT/nats-server.conf, or OUT/<server>.conf
+    per server of a cluster; public keys only, no secret) and each service's NATS variables
+    (OUT/env/<identity>.env: paths and URLs, no secret).
+
+    Run it again to add a cluster or change servers: existing identities are kept. To
+    rotate one, delete OUT/identities/<identity>.nk, run it again, install the new seed and
+    the new configuration, and reload the servers (`nats-server --signal reload`).
+
+    \b
+    Examples:
+      # one server on this host:
+      dispatch nats init --out /etc/dispatch/nats --cluster slurm
+      # a 3-server JetStream cluster with TLS:
+      dispatch nats init --out site --cluster slurm --cluster k8s \
+        --server n1=nats1.example:4222 --server n2=nats2.example:4222 \
+        --server n3=nats3.example:4222 \
+        --tls-cert /etc/nats/{server}.pem --tls-key /etc/nats/{server}-key.pem \
+        --tls-ca /etc/nats/ca.pem
+    """
+    from dispatch_cli.natsite import write_site
+    from dispatch_nats import InvalidName, Layout
+    from dispatch_nats.identities import IdentityError
+
+    specs = [_server_spec(s, route_port=route_port) for s in servers] or [
+        _server_spec("local=127.0.0.1:4222", route_port=route_port)
+    ]
+    try:
+        site = write_site(
+            out,
+            clusters=clusters,
+            servers=specs,
+            layout=Layout(namespace=namespace),
+            store_dir=store_dir,
+            listen_host=listen,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            tls_ca=tls_ca,
+            tls_verify=tls_verify,
+            client_cert=client_cert,
+            client_key=client_key,
+            supervisor_durable=supervisor_durable,
+            notifier_durable=notifier_durable,
+        )
+    except (ValueError, InvalidName) as err:
+        raise UsageError(str(err)) from None
+    except IdentityError as err:
+        raise CliError(str(err)) from None
+    _echo(f"identities (seeds, 0600; copy each to its service only): {site.identities_dir}/")
+    for ident in sorted(p.name for p in site.identities_dir.glob("*.nk")):
+        _echo(f"  {ident}")
+    _echo("server configuration (public keys only):")
+    for name, path in site.configs.items():
+        _echo(f"  {name}: {path}")
+    _echo("services' NATS variables (paths, no secret):")
+    for name, path in site.env_files.items():
+        _echo(f"  {name}: {path}")
+    return EXIT_OK
 
 
 # ------------------------------------------------------------------------------ main

@@ -9,17 +9,23 @@ from typing import Annotated, Self
 import msgspec
 
 from services.common.config import from_env
+from services.common.nats_settings import NatsSettings, check_nats_settings
 
 __all__ = ["ENV_PREFIX", "ApiConfig"]
 
 ENV_PREFIX = "API_"
 
 
-class ApiConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class ApiConfig(NatsSettings, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Everything the API service reads from its environment.
 
+    The NATS connection: ``API_NATS_URL`` (comma-separated URLs), ``API_NATS_NKEY_SEED_FILE``
+    (the ``api`` identity's seed) or ``API_NATS_CREDS_FILE`` or ``API_NATS_USER`` with
+    ``API_NATS_PASSWORD_FILE``/``API_NATS_PASSWORD``, ``API_NATS_TLS_CA_FILE``,
+    ``API_NATS_TLS_CERT_FILE``, ``API_NATS_TLS_KEY_FILE``, ``API_NATS_INBOX_PREFIX``
+    (``_INBOX.api``); see :mod:`services.common.nats_settings`.
+
     Attributes:
-        nats_url: the NATS server (``API_NATS_URL``).
         namespace: the dispatch layout's namespace (``""``: the public contract's names).
         stream_replicas: replicas of the streams ``ensure_streams`` creates if missing.
         http_host: the address to listen on (loopback by default: put a TLS proxy in front
@@ -41,7 +47,6 @@ class ApiConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
         log_json: JSON log lines (else plain text).
     """
 
-    nats_url: str = "nats://127.0.0.1:4222"
     namespace: str = ""
     stream_replicas: Annotated[int, msgspec.Meta(ge=1, le=5)] = 1
     http_host: str = "127.0.0.1"
@@ -63,4 +68,6 @@ class ApiConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
         Raises:
             ConfigError: an unknown ``API_*`` variable or a bad value, naming it.
         """
-        return from_env(cls, env, prefix)
+        cfg = from_env(cls, env, prefix)
+        check_nats_settings(cfg, prefix)
+        return cfg

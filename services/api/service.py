@@ -71,7 +71,7 @@ async def run(
     ready = asyncio.Event()
     layout = Layout(namespace=cfg.namespace)
     async with contextlib.AsyncExitStack() as stack:
-        nc = await connect_nats((cfg.nats_url,), stop, name="dispatch-api")
+        nc = await connect_nats(cfg, stop, name="dispatch-api")
         if nc is None:
             return
         stack.push_async_callback(drain, nc, cfg.shutdown_grace_s)

@@ -17,30 +17,34 @@ from nats.aio.client import Client as NATS
 
 from services.common.config import ConfigError
 from services.common.logs import setup_logging
+from services.common.nats_settings import NatsSettings, nats_options, redact_urls
 
 __all__ = ["connect_nats", "drain", "run_until_stopped", "service_main"]
 
 log = logging.getLogger("dispatch.service")
 
 
-async def connect_nats(
-    servers: tuple[str, ...] | list[str], stop: asyncio.Event, *, name: str
-) -> NATS | None:
+async def connect_nats(settings: NatsSettings, stop: asyncio.Event, *, name: str) -> NATS | None:
     """Connect to NATS, retrying until it answers or ``stop`` is set (then return None).
 
     The connection then reconnects by itself for ever (every 0.5 s), so a restarted server
     is found again without restarting the service.
 
     Args:
-        servers: the server URLs.
+        settings: the servers, the identity, TLS and inbox prefix (``<SVC>_NATS_*``).
         stop: give up once set.
         name: the connection's name (shown by the server's monitoring).
+
+    Raises:
+        ConfigError: a credentials or TLS file can't be read any more.
     """
+    options = nats_options(settings)
+    servers = redact_urls(settings.nats_url)
     delay = 0.1
     while not stop.is_set():
         try:
             return await nats.connect(
-                servers=list(servers),
+                **options,
                 name=name,
                 connect_timeout=2,
                 max_reconnect_attempts=-1,
@@ -49,7 +53,7 @@ async def connect_nats(
                 pending_size=64 * 1024 * 1024,
             )
         except (OSError, TimeoutError, nats.errors.Error) as err:
-            log.warning("nats.connect_failed", extra={"servers": list(servers), "error": repr(err)})
+            log.warning("nats.connect_failed", extra={"servers": servers, "error": repr(err)})
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), delay)
         delay = min(delay * 2, 2.0)

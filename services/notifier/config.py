@@ -21,6 +21,7 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from services.common.config import ConfigError, from_env
+from services.common.nats_settings import NatsSettings, check_nats_settings
 from services.notifier.routing import Route, Router, Severity, parse_route
 
 __all__ = [
@@ -47,11 +48,17 @@ Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 Security = Literal["none", "starttls", "ssl"]
 
 
-class NotifierConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Every ``NOTIFIER_<FIELD>`` variable (upper case); see the field docstrings."""
+class NotifierConfig(NatsSettings, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Every ``NOTIFIER_<FIELD>`` variable (upper case); see the field docstrings.
 
-    nats_url: str = "nats://127.0.0.1:4222"
-    """NATS server(s), comma-free URL (``nats://host:4222``)."""
+    The NATS connection (:class:`~services.common.nats_settings.NatsSettings`):
+    ``NOTIFIER_NATS_URL`` (comma-separated URLs), ``NOTIFIER_NATS_NKEY_SEED_FILE`` (the
+    ``notifier`` identity's seed) or ``NOTIFIER_NATS_CREDS_FILE`` or ``NOTIFIER_NATS_USER``
+    with ``NOTIFIER_NATS_PASSWORD_FILE``/``NOTIFIER_NATS_PASSWORD``,
+    ``NOTIFIER_NATS_TLS_CA_FILE``, ``NOTIFIER_NATS_TLS_CERT_FILE``,
+    ``NOTIFIER_NATS_TLS_KEY_FILE``, ``NOTIFIER_NATS_INBOX_PREFIX`` (``_INBOX.notifier``).
+    """
+
     namespace: str = ""
     """Stream/subject namespace (empty: the public contract's names)."""
     stream_replicas: Annotated[int, msgspec.Meta(ge=1)] = 1
@@ -102,12 +109,12 @@ class NotifierConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     smtp_username: str = ""
     smtp_password: str = ""
     smtp_from: str = "dispatch@localhost"
-    smtp_to: list[str] = []
+    smtp_to: list[str] = msgspec.field(default_factory=list)
     """Recipients, comma-separated."""
     smtp_timeout_s: Seconds = 30.0
     log_file: str = ""
     """File the ``terminal`` channel appends escalations to (besides stderr)."""
-    routes: list[str] = []
+    routes: list[str] = msgspec.field(default_factory=list)
     """Routes, comma-separated, first match wins: ``failed:*|cleanup-deadline=email+slack``,
     ``@warning=slack`` (by severity), ``*=webhook``."""
     routes_file: str = ""
@@ -215,6 +222,7 @@ def load_config(env: Mapping[str, str]) -> NotifierConfig:
     cfg = from_env(NotifierConfig, env, PREFIX)
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", cfg.durable):
         raise ConfigError(f"invalid configuration: {PREFIX}DURABLE {cfg.durable!r} is not a token")
+    check_nats_settings(cfg, PREFIX)
     return cfg
 
 

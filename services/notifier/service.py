@@ -74,6 +74,7 @@ from dispatch_nats import (
 from services.common.http import health_app, start_http
 from services.common.lifecycle import drain
 from services.common.logs import JobLogger
+from services.common.nats_settings import nats_options
 from services.common.records import record_items
 from services.notifier.backoff import Backoff
 from services.notifier.channels import Channel, Notice, build_channel
@@ -624,7 +625,7 @@ async def _connect(cfg: NotifierConfig, stop: asyncio.Event) -> NATS | None:
     nc = NATS()
     connecting = asyncio.create_task(
         nc.connect(
-            cfg.nats_url,
+            **nats_options(cfg),
             name="dispatch-notifier",
             max_reconnect_attempts=-1,  # initial connect included: keeps trying
             reconnect_time_wait=1,

@@ -9,6 +9,12 @@ variable                       meaning
                                ``dispatch_backends.config``); required
 ``OBSERVER_NATS_URL``          NATS server URL(s), comma-separated (default
                                ``nats://127.0.0.1:4222``)
+``OBSERVER_NATS_*``            the identity (``observer-<cluster>``) and TLS:
+                               ``NKEY_SEED_FILE``, ``CREDS_FILE``, ``USER`` with
+                               ``PASSWORD_FILE`` or ``PASSWORD``, ``TLS_CA_FILE``,
+                               ``TLS_CERT_FILE``, ``TLS_KEY_FILE``, ``INBOX_PREFIX``
+                               (``_INBOX.observer-<cluster>``); see
+                               ``services.common.nats_settings``
 ``OBSERVER_NAMESPACE``         subject/stream namespace of the installation (default: none,
                                the public contract's names)
 ``OBSERVER_STREAM_REPLICAS``   replicas of the streams it creates if missing (default 1)
@@ -27,19 +33,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Self
 
-import msgspec
-
 from services.common.config import ConfigError, from_env
+from services.common.nats_settings import NatsSettings, check_nats_settings
 
 __all__ = ["ObserverConfig"]
 
 
-class ObserverConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class ObserverConfig(NatsSettings, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Everything the observer is configured with (see the module docstring)."""
 
     cluster: str = ""
     clusters_file: str = ""
-    nats_url: tuple[str, ...] = ("nats://127.0.0.1:4222",)
     namespace: str = ""
     stream_replicas: int = 1
     poll_interval_s: float | None = None
@@ -70,4 +74,5 @@ class ObserverConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         for name in ("cluster", "clusters_file"):
             if not getattr(cfg, name):
                 raise ConfigError(f"{prefix}{name.upper()} is required")
+        check_nats_settings(cfg, prefix)
         return cfg

@@ -296,7 +296,7 @@ async def run(
             called = on_http(port)
             if called is not None:
                 await called
-        nc = await connect_nats(cfg.nats_url, stop, name=f"dispatch-observer-{backend.cluster}")
+        nc = await connect_nats(cfg, stop, name=f"dispatch-observer-{backend.cluster}")
         if nc is None:
             return
         stack.push_async_callback(drain, nc)

@@ -7,6 +7,12 @@ variable                            meaning
                                     ``dispatch_backends.config``); required
 ``SUPERVISOR_NATS_URL``             NATS server URL(s), comma-separated (default
                                     ``nats://127.0.0.1:4222``)
+``SUPERVISOR_NATS_*``               the identity (``supervisor``) and TLS:
+                                    ``NKEY_SEED_FILE``, ``CREDS_FILE``, ``USER`` with
+                                    ``PASSWORD_FILE`` or ``PASSWORD``, ``TLS_CA_FILE``,
+                                    ``TLS_CERT_FILE``, ``TLS_KEY_FILE``, ``INBOX_PREFIX``
+                                    (``_INBOX.supervisor``); see
+                                    ``services.common.nats_settings``
 ``SUPERVISOR_NAMESPACE``            subject/stream namespace of the installation (default:
                                     none, the public contract's names)
 ``SUPERVISOR_STREAM_REPLICAS``      replicas of the streams it creates if missing (default 1)
@@ -51,9 +57,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Self
 
-import msgspec
-
 from services.common.config import ConfigError, from_env
+from services.common.nats_settings import NatsSettings, check_nats_settings
 
 __all__ = ["NOTIFIER", "SupervisorConfig"]
 
@@ -61,11 +66,10 @@ NOTIFIER = "notifier"
 """``deliver`` value: the notifier service delivers escalations; the supervisor does not."""
 
 
-class SupervisorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class SupervisorConfig(NatsSettings, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Everything a supervisor replica is configured with (see the module docstring)."""
 
     clusters_file: str = ""
-    nats_url: tuple[str, ...] = ("nats://127.0.0.1:4222",)
     namespace: str = ""
     stream_replicas: int = 1
     deliver: str = NOTIFIER
@@ -112,4 +116,5 @@ class SupervisorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         cfg = from_env(cls, env, prefix)
         if not cfg.clusters_file:
             raise ConfigError(f"{prefix}CLUSTERS_FILE is required")
+        check_nats_settings(cfg, prefix)
         return cfg

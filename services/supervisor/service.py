@@ -697,7 +697,7 @@ async def run(
         stack.push_async_callback(runner.cleanup)
         if on_http is not None:
             on_http(port)
-        nc = await connect_nats(cfg.nats_url, stop, name="dispatch-supervisor")
+        nc = await connect_nats(cfg, stop, name="dispatch-supervisor")
         if nc is None:
             return
         stack.push_async_callback(drain, nc)

@@ -73,6 +73,7 @@ class NatsServer:
         binary: Path | None = None,
         extra_args: tuple[str, ...] = (),
         start_timeout_s: float = 10.0,
+        config_file: Path | None = None,
     ) -> None:
         """Prepare (but do not start) a server.
 
@@ -81,11 +82,16 @@ class NatsServer:
             binary: the executable; defaults to `nats_server_binary()`.
             extra_args: more command-line arguments (e.g. `("-m", "8222")`).
             start_timeout_s: how long `start` waits for "Server is ready", in seconds.
+            config_file: a nats-server configuration (`-c`), e.g. one rendered by
+                `dispatch_nats.permissions.render_server_config` with users and TLS; its
+                JetStream store directory must be `store_dir`; the address and port flags
+                override its values.
         """
         self.store_dir = Path(store_dir)
         self.binary = binary or nats_server_binary()
         self.extra_args = extra_args
         self.start_timeout_s = start_timeout_s
+        self.config_file = config_file
         self.run_dir = self.store_dir.parent / f"{self.store_dir.name}-run"
         self.log_path = self.run_dir / "nats-server.log"
         self.port: int | None = None
@@ -134,15 +140,21 @@ class NatsServer:
             stale.unlink()
         log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         port = "-1" if self.port is None else str(self.port)
+        # A config file names its own store directory (nats-server refuses both): it must
+        # be `store_dir`.
+        config = (
+            ["-c", str(self.config_file)]
+            if self.config_file is not None
+            else ["--store_dir", str(self.store_dir)]
+        )
         cmd = [
             str(self.binary),
+            *config,
             "-js",
             "-a",
             "127.0.0.1",
             "--port",
             port,
-            "--store_dir",
-            str(self.store_dir),
             "--ports_file_dir",
             str(self.run_dir),
             *self.extra_args,

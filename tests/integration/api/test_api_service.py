@@ -71,7 +71,7 @@ async def test_run_serves_until_stopped_and_ends_streams(
     nats_server: NatsServer, tokens_file: Path, tmp_path: Path
 ) -> None:
     cfg = ApiConfig(
-        nats_url=nats_server.url,
+        nats_url=(nats_server.url,),
         namespace=f"t{uuid.uuid4().hex[:12]}",
         http_port=0,
         tokens_file=str(tokens_file),

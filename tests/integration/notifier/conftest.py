@@ -121,7 +121,7 @@ async def start_notifier(nats_server: NatsServer, layout: Layout) -> AsyncIterat
 
     async def start(plugins: dict[str, Channel] | None = None, **overrides: Any) -> Running:
         base: dict[str, Any] = {
-            "nats_url": nats_server.url,
+            "nats_url": (nats_server.url,),
             "namespace": layout.namespace,
             "http_port": 0,
             "retry_base_s": 0.2,

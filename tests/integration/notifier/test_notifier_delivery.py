@@ -439,7 +439,7 @@ async def test_stops_promptly_while_nats_is_unreachable(caplog: pytest.LogCaptur
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
-    cfg = NotifierConfig(nats_url=f"nats://127.0.0.1:{closed}", http_port=0)
+    cfg = NotifierConfig(nats_url=(f"nats://127.0.0.1:{closed}",), http_port=0)
     stop = asyncio.Event()
     task = asyncio.create_task(run(cfg, stop, registry=CollectorRegistry()))
 
