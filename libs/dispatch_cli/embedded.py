@@ -65,8 +65,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final
 
-import nats
 import nats.errors
+from nats.aio.client import Client as NATS
 
 from dispatch_backends.config import ClusterConfig, LocalCluster, load_clusters, poll_interval_s
 from dispatch_cli.clusters import (
@@ -207,7 +207,7 @@ def _nats_healthy(url: str, seed: Path, inbox: str) -> bool:
         async def quiet(err: Exception) -> None:
             return None
 
-        nc = nats.NATS()
+        nc = NATS()
         try:
             async with asyncio.timeout(5):
                 await nc.connect(
@@ -218,7 +218,7 @@ def _nats_healthy(url: str, seed: Path, inbox: str) -> bool:
                     allow_reconnect=False,
                     # nats-py retries the first connection for ever with 0
                     max_reconnect_attempts=1,
-                    reconnect_time_wait=0.1,
+                    reconnect_time_wait=0,
                     error_cb=quiet,
                 )
         except (OSError, TimeoutError, nats.errors.Error):
