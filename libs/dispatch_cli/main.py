@@ -785,6 +785,10 @@ def nats() -> None:
     needs; nobody may delete or purge a stream or consumer; there is no anonymous access.
     `dispatch up` does all of this by itself for its private server; `dispatch nats init`
     does it for a site that runs its own NATS.
+
+    \b
+    Example:
+      dispatch nats init --out site-nats --cluster slurm   # then see site-nats/
     """
 
 

@@ -34,6 +34,14 @@ LAYOUT = DEFAULT_LAYOUT
 RECORD = LAYOUT.record_stream
 
 
+def _no_violation_logged(up: Up) -> None:
+    """The services did all their work within their permissions: none logged a refusal."""
+    for log in sorted((up.data_dir / "logs").glob("*.log")):
+        text = log.read_text(errors="replace").lower()
+        assert "permissions violation" not in text, f"{log.name}:\n{text[-3000:]}"
+        assert "authorization violation" not in text, f"{log.name}:\n{text[-3000:]}"
+
+
 def _submitted(up: Up, path: Path) -> str:
     result = up.dispatch("submit", str(path), "--json")
     assert result.code == 0, str(result)
@@ -160,6 +168,7 @@ def test_up_refuses_the_four_attacks_and_nothing_lands(tmp_path: Path, job_file:
 
         victim = _submitted(up, job_file("echo hello"))
         up.wait_status(victim, lambda s: s["state"] == "succeeded")
+        _no_violation_logged(up)
         before = asyncio.run(_record_state(url, identities))
         evil_flag = tmp_path / "pwned"
         refused = asyncio.run(_attacks(url, identities, victim, evil_flag))
@@ -206,6 +215,7 @@ def test_up_on_an_existing_locked_nats_runs_a_job(tmp_path: Path, job_file: JobF
             job = _submitted(up, job_file("echo hello from an existing nats"))
             status = up.wait_status(job, lambda s: s["state"] == "succeeded", timeout_s=120)
             assert status["cause"]["kind"] == "none", status
+            _no_violation_logged(up)
         finally:
             up.close()
     finally:
