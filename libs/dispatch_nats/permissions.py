@@ -17,7 +17,8 @@ identity            may
 ``observer-<c>``    publish the Discoveries of cluster ``<c>`` and its heartbeat
                     ``dispatch.observer.<c>``; read the discovery stream
 ``reader``          (optional, for people and tools that read the public contract) read and
-                    follow the record, statuses, discoveries and heartbeats; publish nothing
+                    follow the record, statuses, discoveries and heartbeats (JetStream and
+                    core subscriptions); JetStream account info; publish nothing else
 ==================  ==========================================================================
 
 Common to all: each identity uses its own inbox prefix (:func:`inbox_prefix`,
@@ -223,7 +224,14 @@ def permissions(
             pub += js.info(rec, disc, stat) + js.direct_get(rec, disc, stat)
             pub += js.ordered(rec, disc, stat)
             pub.append(f"{layout.api_prefix}.INFO")
-            sub.append(f"{root}.observer.*")
+            # live core subscriptions to the public subjects too (e.g. the library
+            # `Supervisor.run_job`'s wake-ups, a dashboard's heartbeats)
+            sub += [
+                layout.record_filter,
+                f"{layout.latest_prefix(StreamKind.STATUS)}.*",
+                f"{layout.latest_prefix(StreamKind.DISCOVERY)}.*.*",
+                f"{root}.observer.*",
+            ]
         case _:  # pragma: no cover
             raise AssertionError(identity.role)
     return Permissions(publish=tuple(dict.fromkeys(pub)), subscribe=tuple(sub))

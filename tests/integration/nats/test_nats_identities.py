@@ -307,11 +307,16 @@ async def test_reader_reads_and_writes_nothing(site: LockedNats, streams: None) 
         async with records.follow():
             pass
         await records.aclose()
+        heartbeats = await nc.subscribe(LAYOUT.observer_filter)
+        statuses = await nc.subscribe(f"{LAYOUT.root}.status.*")
         await nc.flush()
         assert errors == []
         probe = Probe(nc, errors)
         await probe.publish_refused(LAYOUT.record_subject("probe", WriterKind.API))
         await probe.publish_refused(f"{LAYOUT.api_prefix}.STREAM.CREATE.{LAYOUT.record_stream}")
+        await probe.publish_refused(LAYOUT.observer_subject("local"))
+        for sub in (heartbeats, statuses):
+            await sub.unsubscribe()
     finally:
         await nc.close()
 
