@@ -315,6 +315,7 @@ async def test_reader_reads_and_writes_nothing(site: LockedNats, streams: None) 
         await probe.publish_refused(LAYOUT.record_subject("probe", WriterKind.API))
         await probe.publish_refused(f"{LAYOUT.api_prefix}.STREAM.CREATE.{LAYOUT.record_stream}")
         await probe.publish_refused(LAYOUT.observer_subject("local"))
+        assert not [e for e in errors if "subscription" in str(e).lower()], errors
         for sub in (heartbeats, statuses):
             await sub.unsubscribe()
     finally:
