@@ -7,6 +7,11 @@ bytes to the same subjects as raw `js.publish_async` (no headers, pipelined), in
 rounds against one private nats-server it starts, and prints both rates and their ratio.
 
     python bench/append.py [--jobs 1000] [--events-per-job 10] [--rounds 3] [--in-flight 1000]
+                           [--no-auth]
+
+The server is locked as `dispatch up` locks it (issue 10): both modes publish as the
+`supervisor` identity (an nkey user with its generated permissions, for both namespaces), so
+the figures include authorization; `--no-auth` measures an anonymous server instead.
 
 The last line is one JSON object: {"append_per_s", "raw_per_s", "ratio"} (target ratio >= 0.5).
 """
@@ -20,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import nats
 from nats.aio.client import Client as NATS
@@ -28,7 +34,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.server
 
 from dispatch_core import WriterKind
 from dispatch_nats import Layout, RecordStore, ensure_streams
+from dispatch_nats.identities import make_identities, seed_path
+from dispatch_nats.permissions import (
+    Identity,
+    Permissions,
+    Role,
+    User,
+    inbox_prefix,
+    permissions,
+    render_server_config,
+)
 from tests.servers.nats import NatsServer
+
+LAYOUTS = (Layout(namespace="bench-a"), Layout(namespace="bench-r"))
+"""The appends' and the raw publishes' namespaces."""
 
 
 async def append_round(
@@ -71,13 +90,41 @@ async def raw_round(nc: NATS, subjects: list[str], events: int, payload: bytes) 
     return time.perf_counter() - t0
 
 
+def _locked_config(tmp: Path, layouts: list[Layout]) -> tuple[Path, Path]:
+    """A nats-server config admitting only the supervisor identity, with its permissions
+    under each of ``layouts``; return the config and the identity's seed file."""
+    ident = Identity(Role.SUPERVISOR)
+    keys = make_identities(tmp / "identities", [ident])
+    perms = [permissions(layout, ident) for layout in layouts]
+    union = Permissions(
+        publish=tuple(dict.fromkeys(s for p in perms for s in p.publish)),
+        subscribe=tuple(dict.fromkeys(s for p in perms for s in p.subscribe)),
+    )
+    config = tmp / "nats.conf"
+    config.write_text(
+        render_server_config(
+            [User(identity=ident, nkey=keys[ident], permissions=union)],
+            port=-1,
+            store_dir=str(tmp / "store"),
+            server_name="bench",
+        )
+    )
+    return config, seed_path(tmp / "identities", ident)
+
+
 async def run(args: argparse.Namespace) -> dict[str, float]:
     payload = b"x" * args.payload
     with tempfile.TemporaryDirectory(prefix="bench-append-") as tmp:
-        server = NatsServer(Path(tmp) / "store")
+        options: dict[str, Any] = {}
+        config = None
+        if args.auth:
+            config, seed = _locked_config(Path(tmp), list(LAYOUTS))
+            ident = Identity(Role.SUPERVISOR)
+            options = {"nkeys_seed": str(seed), "inbox_prefix": inbox_prefix(ident, LAYOUTS[0])}
+        server = NatsServer(Path(tmp) / "store", config_file=config)
         server.start()
         try:
-            nc = await nats.connect(server.url)
+            nc = await nats.connect(server.url, **options)
             try:
                 return await measure(nc, args, payload)
             finally:
@@ -89,7 +136,7 @@ async def run(args: argparse.Namespace) -> dict[str, float]:
 async def measure(nc: NATS, args: argparse.Namespace, payload: bytes) -> dict[str, float]:
     # Two identical record streams (the contract's config) so both modes write into a
     # stream of the same size; the subjects differ only by the namespace prefix.
-    append_layout, raw_layout = Layout(namespace="bench-a"), Layout(namespace="bench-r")
+    append_layout, raw_layout = LAYOUTS
     await ensure_streams(nc, layout=append_layout)
     await ensure_streams(nc, layout=raw_layout)
     store = RecordStore(
@@ -136,6 +183,7 @@ async def measure(nc: NATS, args: argparse.Namespace, payload: bytes) -> dict[st
     )
     print(f"raw js.publish_async (no headers, pipelined): {raw_per_s:,.0f}/s")
     print(f"ratio append/raw: {append_per_s / raw_per_s:.2f} (target >= 0.5)")
+    print(f"authorization: {'on (supervisor identity)' if args.auth else 'off (anonymous)'}")
     return {
         "append_per_s": round(append_per_s, 1),
         "raw_per_s": round(raw_per_s, 1),
@@ -150,6 +198,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per mode")
     parser.add_argument("--in-flight", type=int, default=1000, help="appends waiting at once")
     parser.add_argument("--payload", type=int, default=200, help="bytes per message")
+    parser.add_argument(
+        "--no-auth",
+        dest="auth",
+        action="store_false",
+        help="an anonymous server (default: locked, publishing as the supervisor identity)",
+    )
     result = asyncio.run(run(parser.parse_args()))
     print(json.dumps(result))
 
