@@ -31,7 +31,15 @@ from dispatch_nats.permissions import (
     users,
 )
 
-__all__ = ["PREFIXES", "ServerSpec", "Site", "service_env", "write_private_text", "write_site"]
+__all__ = [
+    "PREFIXES",
+    "ServerSpec",
+    "Site",
+    "identity_files",
+    "service_env",
+    "write_private_text",
+    "write_site",
+]
 
 PREFIXES: Final = {
     Role.API: "API_",
@@ -154,8 +162,7 @@ def write_site(
     all_users = users(
         layout, keys, supervisor_durable=supervisor_durable, notifier_durable=notifier_durable
     )
-    scheme = "nats"
-    urls = tuple(f"{scheme}://{s.host}:{s.port}" for s in servers)
+    urls = tuple(f"nats://{s.host}:{s.port}" for s in servers)
     configs: dict[str, Path] = {}
     for s in servers:
         tls = None

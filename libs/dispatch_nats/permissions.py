@@ -48,7 +48,7 @@ import enum
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
 from dispatch_core import WriterKind
 from dispatch_nats.contract import DEFAULT_LAYOUT, Layout, StreamKind, validate_cluster
@@ -232,8 +232,8 @@ def permissions(
                 f"{layout.latest_prefix(StreamKind.DISCOVERY)}.*.*",
                 f"{root}.observer.*",
             ]
-        case _:  # pragma: no cover
-            raise AssertionError(identity.role)
+        case _:
+            assert_never(identity.role)
     return Permissions(publish=tuple(dict.fromkeys(pub)), subscribe=tuple(sub))
 
 
