@@ -15,8 +15,8 @@ Audit of who appends what (the table follows it):
   job of a supersede), ``hold.placed`` of an actor hold, ``hold.released`` by ``release``,
   ``resubmit``, ``cancel`` or ``give-up``, ``submission.opened`` of a ``resubmit``,
   ``cancel.requested``, ``give-up``, ``abandoned``, ``emergency-stop.requested``,
-  ``superseded``, and the ``outcome.committed`` and ``escalation.committed`` (``give-up``) a
-  cancel or a give-up commits.
+  ``superseded``, and the ``outcome.committed`` (``cancelled``, ``failed``) and
+  ``escalation.committed`` (``give-up``) a cancel or a give-up commits.
 * ``supervisor`` (services/supervisor/passes.py, through ``next_steps``): launches and their
   outcomes, gates, stop intents, node-loss and cessation observations, ended executions,
   recoveries, recovery holds and the releases the planner makes (``outcome``, ``replaced``,
@@ -25,8 +25,9 @@ Audit of who appends what (the table follows it):
 * ``notifier`` (services/notifier/service.py): ``escalation.delivered`` only.
 
 Where a type is written by both the API and the supervisor, the table looks at the field that
-says which (a hold's ``kind``, a release's ``how``, a submission's ``why``). A value the table
-does not list for the API is the planner's: a new value a person decides must be added here.
+says which (a hold's ``kind``, a release's ``how``, a submission's ``why``, an outcome's
+``state``, an escalation's ``id``). A value the table does not list for the API is the
+planner's: a new value a person decides must be added here.
 """
 
 from __future__ import annotations
@@ -115,9 +116,12 @@ WRITERS: Final[Mapping[type[JobEvent], WriterRule]] = {
         otherwise=_SUPERVISOR,  # the planner's: "outcome", "replaced", "ceased"
     ),
     SubmissionOpened: ByField("why", {"resubmit": _API}, otherwise=_SUPERVISOR),
-    # A cancel or a give-up commits its outcome (and give-up's escalation) with the command.
-    OutcomeCommitted: _API_OR_SUPERVISOR,
-    EscalationCommitted: _API_OR_SUPERVISOR,
+    # A cancel or a give-up commits its outcome (and give-up's escalation) with the command;
+    # any other outcome or escalation is the planner's.
+    OutcomeCommitted: ByField(
+        "state", {"cancelled": _API_OR_SUPERVISOR, "failed": _API_OR_SUPERVISOR}, _SUPERVISOR
+    ),
+    EscalationCommitted: ByField("id", {"give-up": _API_OR_SUPERVISOR}, _SUPERVISOR),
     # What the planner decided and what the supervisor's actions found.
     LaunchIntended: _SUPERVISOR,
     LaunchRecorded: _SUPERVISOR,

@@ -3,7 +3,8 @@
 * `contract`: stream layout and subject names (the public, versioned contract), subject
   builders and `ensure_streams`.
 * `RecordStore`: each job's append-only record, with optimistic concurrency and idempotent,
-  outcome-resolving appends; reads, listing, and following appends across all jobs.
+  outcome-resolving appends; reads, listing, and following appends across all jobs. Built
+  with the writer kind it appends as (contract v2: `dispatch.record.<job>.<writer>`).
 * `LatestStore`: latest value per subject for the discovery and status streams.
 * `RecordFeed` / `LatestFeed` (`follow`, `watch`): every change, to every follower (ordered
   consumers); `SharedFeed` (`shared`): every change to one of the replicas sharing a durable

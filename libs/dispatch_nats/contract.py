@@ -390,7 +390,9 @@ class Layout:
             {
                 **common,
                 "name": self.record_stream,
-                "description": "dispatch job records: append-only events, one subject per job",
+                "description": (
+                    "dispatch job records: append-only events, one subject per job and writer kind"
+                ),
                 "subjects": [self.record_filter],
                 "max_msgs_per_subject": -1,
                 "duplicate_window": int(DUPLICATE_WINDOW_S * 1e9),

@@ -480,11 +480,15 @@ class RecordStore:
         found: dict[str, int] = {}
         last_seen = after
         subject = self._layout.record_job_filter(job_id)
+        # Only this writer's own appends can be an earlier try of this append: another kind
+        # of writer's event with the same msg id is not ours to claim.
+        own = self._layout.record_subject(job_id, self._writer)
         async for msgs in self._pages(subject, after, f"scan {subject!r}"):
             for msg in msgs:
                 last_seen = header_int(msg, "Nats-Sequence")
-                mid = (msg.headers or {}).get(MSG_ID)
-                if mid in wanted:
+                headers = msg.headers or {}
+                mid = headers.get(MSG_ID)
+                if mid in wanted and headers.get("Nats-Subject") == own:
                     found[mid] = last_seen
             if len(found) == len(wanted):
                 break

@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry
 from dispatch_core import DecodeError, DispatchError, State, Status, decode, encode, is_job_id
 from dispatch_nats import LatestEntry, LatestFeed, NatsStoreError, PayloadTooLarge
 from services.api.auth import Authenticator
-from services.api.errors import ApiError, BadRequest, NotFound, StoreDown
+from services.api.errors import ApiError, BadRequest, NotFound, StoreDown, UnreadableRecord
 from services.api.metrics import ApiMetrics
 from services.api.openapi import IDEMPOTENCY_KEY_PATTERN, build_openapi
 from services.api.operations import MAX_SEQ, Operations
@@ -297,7 +297,14 @@ async def _serve_stream(
     if last_id is None and queue.empty():
         # Nothing published yet (or not yet delivered): say where the job stands now. The
         # watch started first, so no later change is missed.
-        status, source = await ops.status(job_id)
+        try:
+            status, source = await ops.status(job_id)
+        except UnreadableRecord as err:
+            # The answer is already under way (200, event stream): say it as an event.
+            detail = ErrorDetail(code=err.code, message=err.message, job_id=err.job_id, seq=err.seq)
+            await response.write(b"event: error\ndata: " + encode(ErrorBody(error=detail)))
+            await response.write(b"\n\n")
+            return
         if source == "api":
             await response.write(_sse(encode(status), None))
             metrics.sse_events.inc()

@@ -68,6 +68,10 @@ async def _poison(rt: Runtime, job_id: str, how: str) -> int:
         subject = rt.layout.record_subject(job_id, WriterKind.SUPERVISOR)
         ack = await rt.nc.jetstream().publish(subject, b'{"type": "no.such.event"}')
         return ack.seq
+    if how == "no-writer-kind":
+        # The stream takes dispatch.record.*.*: a raw publish may name no writer kind at all.
+        subject = f"{rt.layout.root}.record.{job_id}.observer"
+        return (await rt.nc.jetstream().publish(subject, b"{}")).seq
     # A notifier-kind writer appends an operator's command (its identity may publish only
     # its own subject, but not decide what a person decided).
     notifier = RecordStore(rt.nc, writer=WriterKind.NOTIFIER, layout=rt.layout)
@@ -87,7 +91,8 @@ async def _poison(rt: Runtime, job_id: str, how: str) -> int:
 
 
 @pytest.mark.parametrize(
-    ("how", "why"), [("undecodable", "undecodable"), ("refused-writer", "writer")]
+    ("how", "why"),
+    [("undecodable", "undecodable"), ("refused-writer", "writer"), ("no-writer-kind", "malformed")],
 )
 async def test_a_poisoned_job_is_left_alone_and_another_runs_to_its_end(
     runtime: Runtime, how: str, why: str

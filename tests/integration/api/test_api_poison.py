@@ -5,6 +5,8 @@ listings, still answer (the listings name the job apart, under ``unreadable``)."
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from nats.aio.client import Client as NATS
 
@@ -18,6 +20,7 @@ from dispatch_core import (
 )
 from dispatch_nats import RecordStore
 from tests.integration.api.support import Api, now
+from tests.integration.api.test_api_stream import next_event, stream
 
 pytestmark = pytest.mark.integration
 
@@ -29,6 +32,11 @@ async def _poison(api: Api, nc: NATS, job_id: str, how: str) -> int:
         subject = api.layout.record_subject(job_id, WriterKind.SUPERVISOR)
         ack = await nc.jetstream().publish(subject, b'{"type": "cancel.requested", "job_id": 7}')
         return ack.seq
+    if how == "no-writer-kind":
+        # The stream takes dispatch.record.*.*: a raw publish may name no writer kind at all.
+        event = EscalationCommitted(job_id=job_id, at=now(), id="overdue:9", detail="x")
+        subject = f"{api.layout.root}.record.{job_id}.observer"
+        return (await nc.jetstream().publish(subject, encode(event))).seq
     notifier = RecordStore(nc, writer=WriterKind.NOTIFIER, layout=api.layout)
     try:
         forged = CancelRequested(
@@ -52,7 +60,7 @@ def _names(reply_error: dict[str, object], job_id: str, seq: int) -> None:
     assert f"record of job {job_id!r}, event seq {seq}" in str(reply_error["message"])
 
 
-@pytest.mark.parametrize("how", ["undecodable", "refused-writer"])
+@pytest.mark.parametrize("how", ["undecodable", "refused-writer", "no-writer-kind"])
 async def test_an_unreadable_record_is_that_jobs_problem_only(api: Api, nc: NATS, how: str) -> None:
     bad = (await api.submit(job_id="bad"))["job_id"]
     good = (await api.submit(job_id="good"))["job_id"]
@@ -90,7 +98,13 @@ async def test_an_unreadable_record_is_that_jobs_problem_only(api: Api, nc: NATS
     ):
         assert reply.status == 422, reply.text
         _names(reply.error, bad, seq)
-    # The part of its record before the event still reads.
+    # Its status stream says so, as an event, and ends.
+    async with stream(api, bad) as (response, source):
+        assert response.status == 200
+        error = await next_event(source)
+        assert error.event == "error"
+        _names(json.loads(error.data)["error"], bad, seq)
+    # The part of its record after the event still reads.
     before = await api.call("GET", f"/v1/jobs/{bad}/record?after={seq}")
     assert before.status == 200, before.text
     assert before.body["events"] == []

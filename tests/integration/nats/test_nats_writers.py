@@ -146,6 +146,17 @@ async def test_a_retry_is_found_in_the_job_record_after_another_writer_appended(
     assert len(await stores[SUP].read("job-1")) == 2
 
 
+async def test_a_msg_id_of_another_writer_kind_is_never_taken_for_ones_own(
+    stores: dict[WriterKind, RecordStore],
+) -> None:
+    """Resolving a conflict scans the job's record for the append's msg id, but only this
+    writer's own subject can hold an earlier try of it."""
+    s1 = await stores[API].append("job-1", b"a", expected_last_seq=0, msg_id="m0")
+    await stores[API].append("job-1", b"b", expected_last_seq=s1, msg_id="same")
+    with pytest.raises(ConcurrencyConflict):
+        await stores[NOTIFIER].append("job-1", b"n", expected_last_seq=s1, msg_id="same")
+
+
 async def test_a_notifier_cancel_is_refused_by_fold_naming_it(
     stores: dict[WriterKind, RecordStore],
 ) -> None:

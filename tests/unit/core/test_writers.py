@@ -40,6 +40,7 @@ from dispatch_core import (
     Refused,
     Release,
     Resubmit,
+    State,
     SubmissionOpened,
     Supersede,
     Superseded,
@@ -124,6 +125,19 @@ def test_the_table_looks_at_the_field_that_says_who_decided(
     event: JobEvent, writers: set[WriterKind]
 ) -> None:
     assert writers_of(event) == writers
+
+
+def test_the_api_commits_only_the_outcomes_and_escalation_a_command_does() -> None:
+    def outcome(state: State) -> OutcomeCommitted:
+        return OutcomeCommitted(job_id="j1", at=T0, state=state, cause=cause(CauseKind.NONE))
+
+    assert writers_of(outcome(State.CANCELLED)) == {API, SUP}
+    assert writers_of(outcome(State.FAILED)) == {API, SUP}
+    assert writers_of(outcome(State.SUCCEEDED)) == {SUP}
+    give_up = EscalationCommitted(job_id="j1", at=T0, id="give-up", detail="x")
+    assert writers_of(give_up) == {API, SUP}
+    overdue = EscalationCommitted(job_id="j1", at=T0, id="overdue:1", detail="x")
+    assert writers_of(overdue) == {SUP}
 
 
 def test_the_notifier_writes_only_deliveries() -> None:
@@ -247,6 +261,20 @@ def test_a_notifier_escalation_is_refused() -> None:
     event = EscalationCommitted(job_id="j1", at=sim.now, id="give-up", detail="x")
     err = _refused(sim, event, NOTIFIER)
     assert err.allowed == ("api", "supervisor")
+
+
+def test_an_api_escalation_other_than_give_up_is_refused() -> None:
+    sim = _record()
+    event = EscalationCommitted(job_id="j1", at=sim.now, id="overdue:1", detail="forged")
+    assert _refused(sim, event, API).allowed == ("supervisor",)
+
+
+def test_an_api_success_is_refused() -> None:
+    sim = _record()
+    event = OutcomeCommitted(
+        job_id="j1", at=sim.now, state=State.SUCCEEDED, cause=cause(CauseKind.NONE)
+    )
+    assert _refused(sim, event, API).event_type == "outcome.committed"
 
 
 def test_a_supervisor_actor_hold_is_refused() -> None:
