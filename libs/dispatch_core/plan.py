@@ -23,7 +23,9 @@ docs/core-semantics.md, "The planner"):
 3. :func:`_decide_ending`: an object ending is not the job ending (the plan's rule).
 4. :func:`_fence`: the node-loss fence.
 5. :func:`_holds`: overdue holds, the cessation signal, a ceased answer lifting a hold.
-6. :func:`_launches`: submissions opened and launched, ``refused:<N>``.
+6. :func:`_launches`: submissions opened and launched, ``refused:<N>``; then
+   :func:`_resume_launches`: a launch whose outcome a crash lost (or that came back
+   unknown) started again, on a backend whose start is idempotent per attempt.
 7. :func:`_unknown_launches`: ``all-unknown:<N>`` and ``unmatched:<N>/<a>``.
 8. :func:`_gates`: start gates opened; ``admin-held:<id>``.
 9. :func:`_foreign`: ``foreign:<id>``.
@@ -82,11 +84,16 @@ from dispatch_core.steps import (
     Stop,
 )
 
-__all__ = ["GONE_DETAIL", "STOP_INTERVAL_S", "next_steps"]
+__all__ = ["GONE_DETAIL", "RESUME_INTERVAL_S", "STOP_INTERVAL_S", "next_steps"]
 
 STOP_INTERVAL_S: Final = 60.0
 """Seconds between two asks to stop an object that is still alive (docs/core-semantics.md,
 planner rule 9): a stop lost on the way is asked again, so the job can settle."""
+
+RESUME_INTERVAL_S: Final = 30.0
+"""Seconds between two starts of the same attempt whose outcome came back unknown, on a
+backend whose start is idempotent per attempt (docs/core-semantics.md, "Launches that
+survive the launcher"). A start a crash cut off is resumed at once."""
 
 GONE_DETAIL: Final = "object no longer shown by the scheduler"
 """The detail of the cause recorded for an object the scheduler stopped showing."""
@@ -271,6 +278,7 @@ def next_steps(
     _fence(p)
     _holds(p)
     _launches(p)
+    _resume_launches(p)
     _unknown_launches(p)
     _gates(p)
     _foreign(p)
@@ -985,6 +993,71 @@ def _refused(p: _Pass, sub: Submission) -> None:
     )
 
 
+def _resume_launches(p: _Pass) -> None:
+    """Start again the current submission's last attempt when its outcome is unknown and
+    the backend's start is idempotent per attempt (``Declarations.idempotent_start``).
+
+    Issue 15, "Launches survive the launcher": a supervisor killed between committing a
+    launch intent and recording its outcome left the attempt unknown, and since nothing may
+    resubmit on unknown, a person had to abandon a launch the backend could have completed.
+    On an idempotent backend a second start of the same (job, N, a) makes no second object:
+    it returns the one the first start made (pending, running or ended) or makes it now, so
+    the planner may simply ask again. It does so
+
+    * at once for an attempt no start has answered (``unknown_at`` is ``None``: in flight
+      in a supervisor that died, since a live one records the answer in the same pass);
+    * every :data:`RESUME_INTERVAL_S` for one whose start came back unknown, unless
+      :func:`_launches` launched the next attempt instead (policy ``relaunch``).
+
+    It asks only for the last attempt of the current submission, with no attempt of it
+    launched: an earlier unknown attempt (policy ``relaunch``) started again would be a
+    duplicate of the one that followed it, so it stays ``unmatched:<N>/<a>`` for a person
+    (seed 002). Nothing is committed first (the intent is in the record), and the start
+    gate stays closed whatever the job's hold or outcome: an object it makes for a job that
+    has an outcome is stopped by :func:`_stops` like any other, which settles the record.
+    """
+    if not p.declarations.idempotent_start or p.launches:
+        return
+    job = p.job
+    sub = job.submission
+    if sub is None or not sub.attempts:
+        return
+    if any(a.outcome is LaunchOutcome.LAUNCHED for a in sub.attempts):
+        return
+    last = sub.attempts[-1]
+    if last.outcome is not LaunchOutcome.UNKNOWN:
+        return
+    if last.unknown_at is not None:
+        due = last.unknown_at + timedelta(seconds=RESUME_INTERVAL_S)
+        if p.now < due:
+            p.wake(due)
+            return
+    intent = LaunchIntended(
+        job_id=job.job_id, at=last.intended_at, submission=sub.number, attempt=last.attempt
+    )
+    p.launches.append(
+        Launch(
+            key=p.key("launch", f"{sub.number}/{last.attempt}:resume:{_iso(last.unknown_at)}"),
+            intent=intent,
+            name=_name(job.job_id),
+            spec=job.spec,
+            generation=job.generation,
+            submission=sub.number,
+            attempt=last.attempt,
+            exclude_nodes=_lost_nodes(p),
+            resume=True,
+        )
+    )
+    p.wake(p.now + timedelta(seconds=RESUME_INTERVAL_S))  # again, should its answer be lost
+
+
+def _resumed(p: _Pass) -> frozenset[tuple[int, int]]:
+    """The (N, a) of the launches this pass resumes (see :func:`_resume_launches`)."""
+    return frozenset(
+        (s.submission, s.attempt) for s in p.launches if isinstance(s, Launch) and s.resume
+    )
+
+
 # -- 7. unknown launches ----------------------------------------------------------------------
 
 
@@ -995,12 +1068,15 @@ def _unknown_launches(p: _Pass) -> None:
     for at least the job's unresolved age, 10 minutes unless WithUnresolvedAge set it, and
     no object turned up for it." ``all-unknown:<N>`` when every attempt of N is unknown
     (from the last attempt's intent); otherwise ``unmatched:<N>/<a>`` for each unknown
-    attempt. Every submission is checked: an unknown launch blocks settling.
+    attempt. Every submission is checked: an unknown launch blocks settling. An attempt this
+    pass starts again (:func:`_resume_launches`) is not escalated in the same pass: its
+    start may settle it.
     """
     age = timedelta(seconds=p.job.spec.unresolved_age_s)
+    resumed = _resumed(p)
     for sub in p.job.submissions:
         unknown = [a for a in sub.attempts if a.outcome is LaunchOutcome.UNKNOWN]
-        if not unknown:
+        if not unknown or any((sub.number, a.attempt) in resumed for a in unknown):
             continue
         if len(unknown) == len(sub.attempts):
             escalation_id = f"all-unknown:{sub.number}"
