@@ -48,6 +48,7 @@ from dispatch_core.events import (
     JobEvent,
     LaunchIntended,
     LaunchRecorded,
+    LaunchUnknown,
     NodeLossObserved,
     OutcomeCommitted,
     RecoveryCommitted,
@@ -91,9 +92,13 @@ STOP_INTERVAL_S: Final = 60.0
 planner rule 9): a stop lost on the way is asked again, so the job can settle."""
 
 RESUME_INTERVAL_S: Final = 30.0
-"""Seconds between two starts of the same attempt whose outcome came back unknown, on a
-backend whose start is idempotent per attempt (docs/core-semantics.md, "Launches that
-survive the launcher"). A start a crash cut off is resumed at once."""
+"""Seconds after a launch's intent, or after its start last came back unknown, before the
+same attempt is started again on a backend whose start is idempotent per attempt
+(docs/core-semantics.md, "Launches that survive the launcher"): a start still in flight in a
+live supervisor answers well within it."""
+
+_RESUMED: Final = "started again (the backend finds the object if one was made)"
+"""The words of the ``LaunchUnknown`` committed when a launch is started again."""
 
 GONE_DETAIL: Final = "object no longer shown by the scheduler"
 """The detail of the cause recorded for an object the scheduler stopped showing."""
@@ -1004,17 +1009,24 @@ def _resume_launches(p: _Pass) -> None:
     it returns the one the first start made (pending, running or ended) or makes it now, so
     the planner may simply ask again. It does so
 
-    * at once for an attempt no start has answered (``unknown_at`` is ``None``: in flight
-      in a supervisor that died, since a live one records the answer in the same pass);
-    * every :data:`RESUME_INTERVAL_S` for one whose start came back unknown, unless
+    * :data:`RESUME_INTERVAL_S` after its intent for an attempt no start has answered
+      (``unknown_at`` is ``None``: its start was cut off, or is still in flight in another
+      supervisor, which the interval makes unlikely and idempotence makes harmless);
+    * :data:`RESUME_INTERVAL_S` after a start of it last came back unknown, unless
       :func:`_launches` launched the next attempt instead (policy ``relaunch``).
+
+    Each time it first commits ``LaunchUnknown`` (the outcome is not known; the words say it
+    is started again), so two supervisors never resume the same attempt at once (the commit
+    is a decision, appended under optimistic concurrency), the next try waits its interval
+    whatever this one's fate, and planning again gives nothing new. Then the ``Launch`` step,
+    with ``resume`` set, carries the attempt's own intent (already in the record).
 
     It asks only for the last attempt of the current submission, with no attempt of it
     launched: an earlier unknown attempt (policy ``relaunch``) started again would be a
     duplicate of the one that followed it, so it stays ``unmatched:<N>/<a>`` for a person
-    (seed 002). Nothing is committed first (the intent is in the record), and the start
-    gate stays closed whatever the job's hold or outcome: an object it makes for a job that
-    has an outcome is stopped by :func:`_stops` like any other, which settles the record.
+    (seed 002). The start gate stays closed whatever the job's hold or outcome: an object it
+    makes for a job that has an outcome is stopped by :func:`_stops` like any other, which
+    settles the record without a person.
     """
     if not p.declarations.idempotent_start or p.launches:
         return
@@ -1027,17 +1039,33 @@ def _resume_launches(p: _Pass) -> None:
     last = sub.attempts[-1]
     if last.outcome is not LaunchOutcome.UNKNOWN:
         return
-    if last.unknown_at is not None:
-        due = last.unknown_at + timedelta(seconds=RESUME_INTERVAL_S)
-        if p.now < due:
-            p.wake(due)
-            return
+    due = (last.unknown_at or last.intended_at) + timedelta(seconds=RESUME_INTERVAL_S)
+    if p.now < due:
+        p.wake(due)
+        return
+    if last.unknown_at is None:
+        words = f"{_RESUMED}: no answer of its start was recorded (its supervisor stopped)"
+    else:
+        earlier = "" if last.detail.startswith(_RESUMED) else _words(last.detail)
+        words = f"{_RESUMED}: its start came back with an unknown outcome{earlier}"
+    which = f"{sub.number}/{last.attempt}:{_iso(p.now)}"
+    p.commit(
+        "launch-resumed",
+        which,
+        LaunchUnknown(
+            job_id=job.job_id,
+            at=p.now,
+            submission=sub.number,
+            attempt=last.attempt,
+            detail=words,
+        ),
+    )
     intent = LaunchIntended(
         job_id=job.job_id, at=last.intended_at, submission=sub.number, attempt=last.attempt
     )
     p.launches.append(
         Launch(
-            key=p.key("launch", f"{sub.number}/{last.attempt}:resume:{_iso(last.unknown_at)}"),
+            key=p.key("launch", f"{which}:resume"),
             intent=intent,
             name=_name(job.job_id),
             spec=job.spec,
@@ -1052,10 +1080,17 @@ def _resume_launches(p: _Pass) -> None:
 
 
 def _resumed(p: _Pass) -> frozenset[tuple[int, int]]:
-    """The (N, a) of the launches this pass resumes (see :func:`_resume_launches`)."""
-    return frozenset(
-        (s.submission, s.attempt) for s in p.launches if isinstance(s, Launch) and s.resume
-    )
+    """The (N, a) of the launches this pass starts again because their start was cut off
+    (see :func:`_resume_launches`): not escalated in the same pass, since that start may
+    settle them (a supervisor down for longer than the unresolved age). One whose start came
+    back unknown is escalated as usual once the age ran out."""
+    out: set[tuple[int, int]] = set()
+    for step in p.launches:
+        if isinstance(step, Launch) and step.resume:
+            given = _attempt(p.given, step.submission, step.attempt)
+            if given is not None and given.unknown_at is None:
+                out.add((step.submission, step.attempt))
+    return frozenset(out)
 
 
 # -- 7. unknown launches ----------------------------------------------------------------------
@@ -1068,9 +1103,9 @@ def _unknown_launches(p: _Pass) -> None:
     for at least the job's unresolved age, 10 minutes unless WithUnresolvedAge set it, and
     no object turned up for it." ``all-unknown:<N>`` when every attempt of N is unknown
     (from the last attempt's intent); otherwise ``unmatched:<N>/<a>`` for each unknown
-    attempt. Every submission is checked: an unknown launch blocks settling. An attempt this
-    pass starts again (:func:`_resume_launches`) is not escalated in the same pass: its
-    start may settle it.
+    attempt. Every submission is checked: an unknown launch blocks settling. An attempt whose
+    cut-off start this pass starts again (:func:`_resumed`) is not escalated in the same
+    pass: that start may settle it.
     """
     age = timedelta(seconds=p.job.spec.unresolved_age_s)
     resumed = _resumed(p)
