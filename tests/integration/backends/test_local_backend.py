@@ -6,14 +6,14 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
-
 import msgspec
+import pytest
 
 from dispatch_backends import LaunchRefusedError, local_runner, object_name
 from dispatch_backends.local import LocalBackend, ObjectNotFound, parse_time_limit
@@ -578,7 +578,8 @@ async def test_a_start_cut_off_before_its_runner_is_completed_by_the_next(
     finally:
         backend._store.launch = original  # type: ignore[method-assign]
     (made,) = (harness.data_dir / "objects").iterdir()
-    assert (made / "meta.json").exists() and not (made / "runner.json").exists()
+    assert (made / "meta.json").exists()
+    assert not (made / "runner.json").exists()
     assert job not in (await harness.discover()).objects, "an object no runner owns is shown"
 
     ref = await backend.start(launch)
@@ -590,6 +591,32 @@ async def test_a_start_cut_off_before_its_runner_is_completed_by_the_next(
     assert ended.cause is not None
     assert ended.cause.kind is CauseKind.NONE
     assert (await harness.output(ref)).count("DISPATCH_JOB=") == 1
+
+
+def _run_runner_nobody_reads(path: Path) -> int:
+    """Start ``local_runner run`` on ``path`` with its "ready" going to a pipe whose reader
+    is already closed (the launcher was killed); return the exit status of its first
+    process (which forks the runner and exits)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        with open(path / "runner.log", "ab") as runner_log:
+            runner = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    str(Path(local_runner.__file__).resolve()),
+                    "run",
+                    str(path),
+                ],
+                stdout=write_end,
+                stderr=runner_log,
+                start_new_session=True,
+            )
+    finally:
+        os.close(write_end)
+    return runner.wait(timeout=30)
 
 
 async def test_the_runner_outlives_a_launcher_gone_before_it_said_ready(
@@ -614,24 +641,7 @@ async def test_the_runner_outlives_a_launcher_gone_before_it_said_ready(
         "created_at": "2026-01-01T00:00:00+00:00",
     }
     (path / "meta.json").write_text(json.dumps(meta))
-    read_end, write_end = os.pipe()
-    os.close(read_end)  # the launcher is gone before the runner writes "ready"
-    try:
-        with open(path / "runner.log", "ab") as runner_log:
-            runner = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-I",
-                "-S",
-                str(Path(local_runner.__file__).resolve()),
-                "run",
-                str(path),
-                stdout=write_end,
-                stderr=runner_log,
-                start_new_session=True,
-            )
-    finally:
-        os.close(write_end)
-    assert await runner.wait() == 0
+    assert await asyncio.to_thread(_run_runner_nobody_reads, path) == 0
     ref = ObjectRef(cluster=CLUSTER, id=object_id)
     harness.started.append(ref)
     await harness.wait_phase(job, ref, ObjectPhase.PENDING)
