@@ -1079,18 +1079,26 @@ def _resume_launches(p: _Pass) -> None:
     p.wake(p.now + timedelta(seconds=RESUME_INTERVAL_S))  # again, should its answer be lost
 
 
-def _resumed(p: _Pass) -> frozenset[tuple[int, int]]:
-    """The (N, a) of the launches this pass starts again because their start was cut off
-    (see :func:`_resume_launches`): not escalated in the same pass, since that start may
-    settle them (a supervisor down for longer than the unresolved age). One whose start came
-    back unknown is escalated as usual once the age ran out."""
-    out: set[tuple[int, int]] = set()
-    for step in p.launches:
-        if isinstance(step, Launch) and step.resume:
-            given = _attempt(p.given, step.submission, step.attempt)
-            if given is not None and given.unknown_at is None:
-                out.add((step.submission, step.attempt))
-    return frozenset(out)
+def _cut_off(p: _Pass) -> frozenset[tuple[int, int]]:
+    """The (N, a) of a launch whose start no answer was recorded for, on a backend whose
+    start is idempotent: :func:`_resume_launches` starts it again (in this pass, or at its
+    due time), so it is not escalated before that start has answered: a supervisor down for
+    longer than the unresolved age, or an unresolved age shorter than
+    :data:`RESUME_INTERVAL_S`, must not ask a person about a launch the backend settles. One
+    whose start came back unknown is escalated as usual once the age ran out."""
+    if not p.declarations.idempotent_start:
+        return frozenset()
+    sub = p.given.submission
+    if sub is None or not sub.attempts:
+        return frozenset()
+    last = sub.attempts[-1]
+    if (
+        last.outcome is LaunchOutcome.UNKNOWN
+        and last.unknown_at is None
+        and not any(a.outcome is LaunchOutcome.LAUNCHED for a in sub.attempts)
+    ):
+        return frozenset({(sub.number, last.attempt)})
+    return frozenset()
 
 
 # -- 7. unknown launches ----------------------------------------------------------------------
@@ -1103,15 +1111,15 @@ def _unknown_launches(p: _Pass) -> None:
     for at least the job's unresolved age, 10 minutes unless WithUnresolvedAge set it, and
     no object turned up for it." ``all-unknown:<N>`` when every attempt of N is unknown
     (from the last attempt's intent); otherwise ``unmatched:<N>/<a>`` for each unknown
-    attempt. Every submission is checked: an unknown launch blocks settling. An attempt whose
-    cut-off start this pass starts again (:func:`_resumed`) is not escalated in the same
-    pass: that start may settle it.
+    attempt. Every submission is checked: an unknown launch blocks settling. A cut-off launch
+    an idempotent backend's start will settle (:func:`_cut_off`) is not escalated until that
+    start has answered.
     """
     age = timedelta(seconds=p.job.spec.unresolved_age_s)
-    resumed = _resumed(p)
+    cut_off = _cut_off(p)
     for sub in p.job.submissions:
         unknown = [a for a in sub.attempts if a.outcome is LaunchOutcome.UNKNOWN]
-        if not unknown or any((sub.number, a.attempt) in resumed for a in unknown):
+        if not unknown or any((sub.number, a.attempt) in cut_off for a in unknown):
             continue
         if len(unknown) == len(sub.attempts):
             escalation_id = f"all-unknown:{sub.number}"

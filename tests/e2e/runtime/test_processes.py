@@ -18,6 +18,8 @@ from dispatch_core import (
     Job,
     JobEvent,
     LaunchIntended,
+    LaunchRecorded,
+    LaunchUnknown,
     ObjectPhase,
     ObservedObject,
     RecoveryPolicy,
@@ -25,6 +27,7 @@ from dispatch_core import (
     State,
     Status,
 )
+from dispatch_core.plan import RESUME_INTERVAL_S
 from tests.e2e.runtime.conftest import MakeRuntime
 from tests.e2e.runtime.harness import PRINT_ENV, Runtime, Subprocess, shell, until_flag
 from tests.util import assert_eventually
@@ -38,11 +41,58 @@ def _resubmit(budget: int) -> RecoveryPolicy:
     )
 
 
-async def test_killed_between_intent_and_launch_escalates_all_unknown(runtime: Runtime) -> None:
-    """Test 4: the supervisor dies (SIGKILL) right after committing a launch intent, before
-    calling the backend (test hook ``SUPERVISOR_CRASH_AFTER_INTENT``); restarted, it never
-    launches that attempt, and after the unresolved age escalates ``all-unknown:1``."""
+async def test_killed_between_intent_and_launch_the_restarted_supervisor_completes_it(
+    runtime: Runtime,
+) -> None:
+    """Test 4, on a backend whose start is idempotent per attempt (issue 15, "Launches
+    survive the launcher"): the supervisor dies (SIGKILL) right after committing a launch
+    intent, before calling the backend (test hook ``SUPERVISOR_CRASH_AFTER_INTENT``);
+    restarted, it starts that same attempt again (no second intent, one object), the job
+    runs and succeeds, and nobody is asked to abandon anything."""
     rt = runtime
+    await rt.observer()
+    crashing = await rt.supervisor_process(crash_after_intent="true")
+    job_id = "crash"
+    await rt.submit(job_id, rt.spec(until_flag(), unresolved_age_s=3.0), RecoveryPolicy())
+    assert await crashing.wait() == -signal.SIGKILL
+    intents = [e for e in await rt.events(job_id) if isinstance(e, LaunchIntended)]
+    assert [(e.submission, e.attempt) for e in intents] == [(1, 1)]
+    assert not (await rt.objects()).get(job_id)
+
+    await rt.supervisor_process(name="restarted")
+
+    def running(status: Status) -> None:
+        assert status.state is State.RUNNING, status
+
+    await rt.wait_status(job_id, running, timeout_s=120)
+    events = await rt.events(job_id)
+    assert [e for e in events if isinstance(e, LaunchIntended)] == intents
+    (resumed,) = [e for e in events if isinstance(e, LaunchUnknown)]
+    assert "started again" in resumed.detail
+    assert (resumed.at - intents[0].at).total_seconds() >= RESUME_INTERVAL_S
+    (recorded,) = [e for e in events if isinstance(e, LaunchRecorded)]
+    assert (recorded.submission, recorded.attempt) == (1, 1)
+    (obj,) = (await rt.objects())[job_id]
+    assert obj.ref == recorded.ref
+    rt.release()
+
+    def succeeded(status: Status) -> None:
+        assert status.state is State.SUCCEEDED, status
+        assert status.settled, status
+
+    await rt.wait_status(job_id, succeeded)
+    job = await rt.job(job_id)
+    assert job.escalations == (), "a person was asked about a launch the backend settled"
+
+
+async def test_killed_between_intent_and_launch_escalates_all_unknown_where_no_backend_can_settle(
+    make_runtime: MakeRuntime,
+) -> None:
+    """Test 4 on a backend that can't find a launch's object (declared without
+    ``idempotent_start``; Slurm today): restarted, the supervisor never launches that
+    attempt again (a second start could be a second object), and after the unresolved age
+    escalates ``all-unknown:1`` for a person (seed 002)."""
+    rt = await make_runtime(idempotent_start=False)
     await rt.observer()
     crashing = await rt.supervisor_process(crash_after_intent="true")
     job_id = "crash"
@@ -66,6 +116,7 @@ async def test_killed_between_intent_and_launch_escalates_all_unknown(runtime: R
     assert (escalation.at - intents[0].at).total_seconds() >= unresolved_age_s
     events = await rt.events(job_id)
     assert [e for e in events if isinstance(e, LaunchIntended)] == intents
+    assert not [e for e in events if isinstance(e, LaunchUnknown)], "started again"
     assert not (await rt.objects()).get(job_id), "the unknown attempt was launched again"
     status = await rt.status(job_id)
     assert status is not None

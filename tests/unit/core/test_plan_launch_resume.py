@@ -225,3 +225,21 @@ def test_an_object_shown_for_the_attempt_is_found_not_started_again() -> None:
     assert not actions(p, Launch)
     (found,) = committed(p, LaunchRecorded)
     assert (found.ref, found.found) == (obj.ref, True)
+
+
+def test_an_unresolved_age_shorter_than_the_interval_waits_for_the_resumed_start() -> None:
+    """A cut-off launch is not escalated before its start was asked again: an unresolved
+    age shorter than RESUME_INTERVAL_S must not ask a person about a launch the backend
+    settles."""
+    sim = _crashed_launch(IDEMPOTENT, unresolved_age_s=3.0)
+    sim.tick(5)
+    p = sim.step()
+    assert escalation_ids(p) == []
+    assert p.wake_at == sim.now + timedelta(seconds=RESUME_INTERVAL_S - 5)
+    sim.tick(RESUME_INTERVAL_S - 5)
+    sim.launch_answer = "unknown"  # and this start's answer is unknown too
+    p = sim.step()
+    assert escalation_ids(p) == []
+    assert [s.resume for s in actions(p, Launch)] == [True]
+    sim.tick(1)
+    assert escalation_ids(sim.step()) == ["all-unknown:1"]  # the backend could not settle it
