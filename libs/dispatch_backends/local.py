@@ -116,6 +116,7 @@ with cause ``node-lost``. ``recover-node`` takes the injection back.
     python -m dispatch_backends.local inject --data-dir D admin-release OBJECT_ID
     python -m dispatch_backends.local inject --data-dir D refuse-next [--count N] [--detail W]
     python -m dispatch_backends.local inject --data-dir D unknown-next [--count N]
+    python -m dispatch_backends.local inject --data-dir D die-in-start-next [--count N]
     python -m dispatch_backends.local inject --data-dir D unreachable-next [--count N]
                                                                      [--call CALL]
     python -m dispatch_backends.local inject --data-dir D unreachable (on|off)
@@ -126,7 +127,9 @@ with cause ``node-lost``. ``recover-node`` takes the injection back.
 Launch faults live in ``<data dir>/faults.json`` (changed under a lock, so counted faults are
 consumed exactly once across processes): ``refuse-next`` makes the next start raise
 :class:`LaunchRefusedError` (nothing created); ``unknown-next`` creates the object and then
-raises :class:`LaunchUnknownError`; ``unreachable-next`` makes the next call (of any kind, or of
+raises :class:`LaunchUnknownError`; ``die-in-start-next`` makes the next start SIGKILL its
+own process (the supervisor) once the runner was asked for, before it said "ready";
+``unreachable-next`` makes the next call (of any kind, or of
 ``--call start|open-gate|stop|discover|cessation|emergency-stop``) raise :class:`Unreachable`
 having done nothing; ``unreachable on`` makes every call raise it until ``off``.
 """
@@ -296,6 +299,7 @@ class _FaultState(msgspec.Struct, kw_only=True):
     refuse_next: int = 0
     refuse_detail: str = "launch refused (fault injection)"
     unknown_next: int = 0
+    die_in_start_next: int = 0
     unreachable_next: dict[str, int] = msgspec.field(default_factory=dict)
     unreachable: bool = False
 
@@ -499,8 +503,10 @@ class _Store:
         gate_open: bool,
         env: Mapping[str, str] | None,
         timeout_s: float,
+        die: bool = False,
     ) -> None:
-        """Write ``meta``, start the object's runner and wait until it listens.
+        """Write ``meta``, start the object's runner and wait until it listens (with
+        ``die``, SIGKILL this process once the runner was asked for, before it answered).
 
         Raises:
             RuntimeError: the runner failed to start (the directory was removed).
@@ -510,21 +516,23 @@ class _Store:
         _write_atomically(path / _r.META_FILE, _ENC.encode(meta))
         if gate_open:
             self.mark(path, _r.GATE_OPEN)
-        self.spawn(path, env=env, timeout_s=timeout_s)
+        self.spawn(path, env=env, timeout_s=timeout_s, die=die)
 
-    def spawn(self, path: Path, *, env: Mapping[str, str] | None, timeout_s: float) -> None:
+    def spawn(
+        self, path: Path, *, env: Mapping[str, str] | None, timeout_s: float, die: bool = False
+    ) -> None:
         """Start the runner of the object at ``path`` (its ``meta.json`` written) and wait
         until it listens. Raises as :meth:`launch`."""
         if self.zygote_idle_s > 0:
             try:
-                self._launch_via_zygote(path, env, timeout_s)
+                self._launch_via_zygote(path, env, timeout_s, die=die)
                 return
             except _NoZygote:
                 self._start_zygote(env)
-        self._launch_directly(path, env, timeout_s)
+        self._launch_directly(path, env, timeout_s, die=die)
 
     def _launch_via_zygote(
-        self, path: Path, env: Mapping[str, str] | None, timeout_s: float
+        self, path: Path, env: Mapping[str, str] | None, timeout_s: float, *, die: bool = False
     ) -> None:
         """Have the zygote fork the runner (see ``local_runner._Zygote``).
 
@@ -550,6 +558,8 @@ class _Store:
                 raise _NoZygote(str(err)) from err
             if answer != b"forking\n":  # anything else: the zygote did not fork
                 raise _NoZygote(f"the zygote answered {answer!r}")
+            if die:
+                _die_now()
             try:
                 answer = lines.readline()
             except TimeoutError as err:
@@ -590,7 +600,9 @@ class _Store:
         except (OSError, subprocess.TimeoutExpired) as err:
             log.warning("local.zygote.not_started", extra={"error": str(err)})
 
-    def _launch_directly(self, path: Path, env: Mapping[str, str] | None, timeout_s: float) -> None:
+    def _launch_directly(
+        self, path: Path, env: Mapping[str, str] | None, timeout_s: float, *, die: bool = False
+    ) -> None:
         command = [self.python, "-I", "-S", str(_RUNNER_PATH), "run", str(path)]
         try:
             with open(path / _r.RUNNER_LOG, "ab") as runner_log:
@@ -607,6 +619,8 @@ class _Store:
         except OSError as err:
             shutil.rmtree(path, ignore_errors=True)
             raise RuntimeError(f"cannot start the runner: {err}") from err
+        if die:
+            _die_now()
         try:
             out, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired as err:
@@ -919,6 +933,26 @@ class _Store:
             raise Unreachable(cluster, f"{call}: scheduler unreachable (fault injection)")
         return refuse, unknown, refuse_detail
 
+    def take_die_in_start(self) -> bool:
+        """Consume one armed ``die-in-start-next`` fault; return whether one was armed."""
+        if not self._faults.exists():
+            return False
+        with self.locked():
+            state = self.faults()
+            if state.die_in_start_next <= 0:
+                return False
+            state.die_in_start_next -= 1
+            self._save_faults(state)
+        return True
+
+
+def _die_now() -> NoReturn:
+    """FAULT INJECTION (``die-in-start-next``): SIGKILL the process calling ``start``, as a
+    ``kill -9`` of the supervisor in the middle of a launch would."""
+    logging.shutdown()
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("unreachable: SIGKILL was sent to this process")
+
 
 def _mtime(path: Path) -> datetime:
     try:
@@ -1173,9 +1207,15 @@ class LocalBackend:
             node=self._node,
             created_at=_utcnow(),
         )
+        die = self._store.take_die_in_start()
         try:
             self._store.launch(
-                path, meta, gate_open=False, env=self._base_env, timeout_s=self._start_timeout_s
+                path,
+                meta,
+                gate_open=False,
+                env=self._base_env,
+                timeout_s=self._start_timeout_s,
+                die=die,
             )
         except RuntimeError as err:
             if (path / _r.RUNNER_FILE).exists():  # a concurrent start's runner owns it
@@ -1437,6 +1477,16 @@ class Faults:
 
         self._store.change_faults(change)
 
+    def die_in_start_next(self, count: int = 1) -> None:
+        """Make the next ``count`` starts SIGKILL the process that calls them once the
+        object's runner was asked for and before it said it was up (a launcher killed in
+        the middle of a launch; the runner must run on, issue 15)."""
+
+        def change(state: _FaultState) -> None:
+            state.die_in_start_next += count
+
+        self._store.change_faults(change)
+
     def unreachable_next(self, count: int = 1, call: str = "any") -> None:
         """Make the next ``count`` calls (of kind ``call``, one of :data:`CALLS`, or any)
         raise Unreachable, doing nothing.
@@ -1530,6 +1580,10 @@ def _parser() -> argparse.ArgumentParser:
     refuse.add_argument("--detail", default=None)
     unknown = faults.add_parser("unknown-next", help="make the next start(s) unknown")
     unknown.add_argument("--count", type=int, default=1)
+    die = faults.add_parser(
+        "die-in-start-next", help="make the next start(s) SIGKILL their caller mid-launch"
+    )
+    die.add_argument("--count", type=int, default=1)
     unreachable_next = faults.add_parser("unreachable-next", help="fail the next call(s)")
     unreachable_next.add_argument("--count", type=int, default=1)
     unreachable_next.add_argument("--call", choices=("any", *CALLS), default="any")
@@ -1581,6 +1635,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 faults.refuse_next(args.count, args.detail)
             case "unknown-next":
                 faults.unknown_next(args.count)
+            case "die-in-start-next":
+                faults.die_in_start_next(args.count)
             case "unreachable-next":
                 faults.unreachable_next(args.count, args.call)
             case "unreachable":

@@ -126,6 +126,47 @@ async def test_killed_between_intent_and_launch_escalates_all_unknown_where_no_b
     assert not status.settled
 
 
+async def test_killed_in_the_middle_of_a_start_the_object_runs_on(runtime: Runtime) -> None:
+    """Issue 15: the supervisor is SIGKILLed in the middle of a start, after the object's
+    runner was asked for and before it said "ready" (fault ``die-in-start-next``). The
+    runner used to die of BrokenPipeError writing "ready" to the dead supervisor, and the
+    object ended ``unknown`` without having run; now it runs on, the restarted supervisor
+    finds it, and the job runs once and succeeds."""
+    rt = runtime
+    await rt.observer()
+    await asyncio.to_thread(rt.backend.faults.die_in_start_next, 1)
+    dying = await rt.supervisor_process()
+    job_id = "mid-start"
+    await rt.submit(job_id, rt.spec(until_flag()), RecoveryPolicy())
+    assert await dying.wait() == -signal.SIGKILL
+
+    async def shown() -> None:  # the observer shows the object the dead one made
+        shown = (await rt.objects()).get(job_id, ())
+        assert [o.phase for o in shown] == [ObjectPhase.PENDING], shown
+
+    await assert_eventually(shown, timeout_s=60)
+    await rt.supervisor_process(name="restarted")
+
+    def running(status: Status) -> None:
+        assert status.state is State.RUNNING, status
+
+    await rt.wait_status(job_id, running, timeout_s=120)
+    rt.release()
+
+    def succeeded(status: Status) -> None:
+        assert status.state is State.SUCCEEDED, status
+        assert status.settled, status
+
+    await rt.wait_status(job_id, succeeded)
+    events = await rt.events(job_id)
+    assert [(e.submission, e.attempt) for e in events if isinstance(e, LaunchIntended)] == [(1, 1)]
+    ends = [e.cause.kind for e in events if isinstance(e, ExecutionEnded)]
+    assert ends == [CauseKind.NONE], ends
+    (obj,) = (await rt.objects())[job_id]
+    assert (await rt.output(obj.ref)).count("DISPATCH_JOB=") == 1
+    assert (await rt.job(job_id)).escalations == ()
+
+
 def _expected(objects: list[ObservedObject], budget: int) -> tuple[State, int]:
     """What the job's policy says its outcome is, from the causes its objects ended with,
     and how many objects it has: each preemption with budget left opens a new submission."""
@@ -334,12 +375,13 @@ async def test_40_supervisor_kills_during_150_launches_fail_nothing_and_duplicat
     """Issue 15, "Launches survive the launcher", through the services on the local backend:
     150 jobs submitted in a burst while their objects are preempted at random (each
     preemption a resubmission, so launches go on), and the one supervisor SIGKILLed 40
-    times: 32 times at a random moment, 8 times right after it committed a launch intent
-    (the test hook), each time restarted. Then: every job succeeded (0 failed without
-    running: no execution ended ``unknown``, the runner's BrokenPipeError), no job has an
-    escalation (0 left for a person to abandon: no ``all-unknown``/``unmatched``), and every
-    launch (job, N, a) made exactly one object (0 duplicate launches); each launch a kill cut
-    off was started again and completed."""
+    times: 24 times at a random moment, 8 times right after it committed a launch intent
+    (the test hook), 8 times in the middle of a start (fault ``die-in-start-next``: the
+    runner asked for, not yet "ready"), each time restarted. Then: every job succeeded (0
+    failed without running: no execution ended ``unknown``, the runner's BrokenPipeError),
+    no job has an escalation (0 left for a person to abandon: no ``all-unknown`` or
+    ``unmatched``), and every launch (job, N, a) made exactly one object (0 duplicate
+    launches); each launch a kill cut off was started again and completed."""
     rt = await make_runtime(kill_wait_s=0.5, poll_interval_s=0.5)
     await rt.observer_process()
     rng = random.Random(15)
@@ -364,7 +406,7 @@ async def test_40_supervisor_kills_during_150_launches_fail_nothing_and_duplicat
             await asyncio.sleep(0.3)
 
     driver = asyncio.create_task(drive())
-    kills = self_kills = 0
+    kills = self_kills = mid_start_kills = 0
     try:
         supervisor = await rt.supervisor_process(name="supervisor-0", max_concurrent_passes="16")
         pending = list(jobs)
@@ -372,7 +414,17 @@ async def test_40_supervisor_kills_during_150_launches_fail_nothing_and_duplicat
             for job_id in pending[:10]:  # the burst: ten jobs before each of the first kills
                 await rt.submit(job_id, rt.spec(commands[job_id]), _resubmit(20))
             del pending[:10]
-            if i % 5 == 4:
+            if i % 5 == 2:
+                # Killed in the middle of a start: the runner was asked for and has not
+                # said "ready" yet (it must run on).
+                await asyncio.to_thread(rt.backend.faults.die_in_start_next, 1)
+                try:
+                    if await supervisor.wait(timeout_s=30.0) == -signal.SIGKILL:
+                        mid_start_kills += 1
+                except TimeoutError:  # no start came: killed at a random moment instead
+                    await asyncio.to_thread(rt.backend.faults.clear)
+                    await supervisor.kill()
+            elif i % 5 == 4:
                 # Killed right after a launch intent, before the backend was called.
                 await supervisor.kill()
                 supervisor = await _self_killing_supervisor(rt, f"supervisor-{i + 1}")
@@ -402,6 +454,7 @@ async def test_40_supervisor_kills_during_150_launches_fail_nothing_and_duplicat
             await driver
     assert kills == 40
     assert self_kills >= 4, f"the launch-intent hook fired {self_kills} times"
+    assert mid_start_kills >= 4, f"killed mid-start {mid_start_kills} times"
     assert preemptions > 30
 
     found = await rt.objects()
