@@ -434,7 +434,7 @@ async def test_40_supervisor_kills_during_150_launches_fail_nothing_and_duplicat
                 except TimeoutError:  # no launch came: killed at a random moment instead
                     await supervisor.kill()
             else:
-                await asyncio.sleep(rng.uniform(0.2, 4.0))
+                await asyncio.sleep(rng.uniform(0.2, 2.5))
                 await supervisor.kill()
             kills += 1
             supervisor = await rt.supervisor_process(

@@ -43,12 +43,11 @@ def _intents(sim: Sim) -> list[tuple[int, int]]:
     ]
 
 
-def _crashed_launch(declarations: Declarations, **spec: object) -> Sim:
+def _crashed_launch(declarations: Declarations, *, unresolved_age_s: float = AGE_S) -> Sim:
     """A job whose first launch intent is committed and whose supervisor died before the
     start's answer was recorded."""
-    sim = Sim(
-        rule(CauseKind.PREEMPTED), declarations=declarations, spec=JobSpec(cluster=CLUSTER, **spec)
-    )  # type: ignore[arg-type]
+    spec = JobSpec(cluster=CLUSTER, unresolved_age_s=unresolved_age_s)
+    sim = Sim(rule(CauseKind.PREEMPTED), declarations=declarations, spec=spec)
     sim.launch_answer = "lost"
     sim.step()
     assert sim.job.submissions[0].attempts[0].outcome is LaunchOutcome.UNKNOWN
