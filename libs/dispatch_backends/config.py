@@ -98,6 +98,9 @@ class LocalCluster(
         retain_ended_s: seconds an ended object stays visible before it is archived; ``null``
             (JSON only) keeps them all.
         workdir: default working directory of commands (default: the service's own).
+        idempotent_start: whether a second start of a launch returns the object the first
+            one made (default); ``false`` stands for a scheduler that cannot tell, so a
+            launch a crash cut off is left to a person (``all-unknown:<N>``).
     """
 
     name: str
@@ -108,6 +111,7 @@ class LocalCluster(
     start_timeout_s: float = 10.0
     retain_ended_s: float | None = 300.0
     workdir: str | None = None
+    idempotent_start: bool = True
 
 
 class SlurmCluster(SlurmSettings, frozen=True, kw_only=True, tag_field="backend", tag="slurm"):
@@ -257,6 +261,7 @@ def make_backend(cluster: ClusterConfig) -> Backend:
                 start_timeout_s=cluster.start_timeout_s,
                 retain_ended_s=cluster.retain_ended_s,
                 workdir=cluster.workdir,
+                idempotent_start=cluster.idempotent_start,
             )
         case SlurmCluster():
             from dispatch_backends.slurm import make_slurm_backend

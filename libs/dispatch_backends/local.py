@@ -20,6 +20,15 @@ and can stop them. Files of an object directory:
 * ``runner.json``, ``job.json``, ``terminating.json``, ``status.json``, ``ceased.json``: written
   by the runner; ``stdout``, ``stderr``, ``runner.log``: output.
 
+**A start is idempotent per launch** (issue 15, "Launches survive the launcher"):
+``<data dir>/attempts/<job>.<N>.<a>`` holds the id of the object a launch made, written under
+the data directory's lock before anything else of the object. A second start of the same
+launch (a supervisor restarted after dying in the middle of one) returns that object instead
+of making another, and first gives it its runner if the dying process never did. An object
+no runner ever owned is not shown by discovery: nothing can run it until a start does. The
+runner never depends on the process that started it (it is re-parented, in a session of its
+own, and a launcher gone before it said "ready" does not end it).
+
 Liveness is checked by pid *and* start time (``/proc/<pid>/stat``), so a reused pid is never
 taken for the runner or the command.
 
@@ -107,6 +116,7 @@ with cause ``node-lost``. ``recover-node`` takes the injection back.
     python -m dispatch_backends.local inject --data-dir D admin-release OBJECT_ID
     python -m dispatch_backends.local inject --data-dir D refuse-next [--count N] [--detail W]
     python -m dispatch_backends.local inject --data-dir D unknown-next [--count N]
+    python -m dispatch_backends.local inject --data-dir D die-in-start-next [--count N]
     python -m dispatch_backends.local inject --data-dir D unreachable-next [--count N]
                                                                      [--call CALL]
     python -m dispatch_backends.local inject --data-dir D unreachable (on|off)
@@ -117,7 +127,9 @@ with cause ``node-lost``. ``recover-node`` takes the injection back.
 Launch faults live in ``<data dir>/faults.json`` (changed under a lock, so counted faults are
 consumed exactly once across processes): ``refuse-next`` makes the next start raise
 :class:`LaunchRefusedError` (nothing created); ``unknown-next`` creates the object and then
-raises :class:`LaunchUnknownError`; ``unreachable-next`` makes the next call (of any kind, or of
+raises :class:`LaunchUnknownError`; ``die-in-start-next`` makes the next start SIGKILL its
+own process (the supervisor) once the runner was asked for, before it said "ready";
+``unreachable-next`` makes the next call (of any kind, or of
 ``--call start|open-gate|stop|discover|cessation|emergency-stop``) raise :class:`Unreachable`
 having done nothing; ``unreachable on`` makes every call raise it until ``off``.
 """
@@ -196,9 +208,6 @@ OPTIONS: Final = frozenset({"chdir", "time"})
 """The ``JobSpec.options`` the local backend reads (see the module docstring)."""
 
 _RUNNER_PATH: Final = Path(_r.__file__).resolve()
-_RUNNER_GRACE_S: Final = 60.0
-"""Seconds an object may exist without its runner having reported before it is taken as
-ended (a backend killed in the middle of ``start``)."""
 _OBJECT_ID: Final = re.compile(r"^[1-9][0-9]*$")
 _JOB_PREFIX: Final = "dj-"
 _FOREIGN_COMMAND: Final = ("sleep", "3600")
@@ -290,6 +299,7 @@ class _FaultState(msgspec.Struct, kw_only=True):
     refuse_next: int = 0
     refuse_detail: str = "launch refused (fault injection)"
     unknown_next: int = 0
+    die_in_start_next: int = 0
     unreachable_next: dict[str, int] = msgspec.field(default_factory=dict)
     unreachable: bool = False
 
@@ -395,6 +405,7 @@ class _Store:
         self.zygote_name = "dispatch-local-" + hashlib.sha256(key.encode()).hexdigest()[:24]
         self._zygote_lock = threading.Lock()
         self._zygote_started = -_ZYGOTE_RETRY_S
+        self.attempts = data_dir / "attempts"
         self._lock_path = data_dir / ".lock"
         self._counter = data_dir / "next-id"
         self._faults = data_dir / "faults.json"
@@ -430,20 +441,59 @@ class _Store:
         """Make a new, empty object directory; return its id and path."""
         self.ensure()
         with self.locked():
+            object_id, path = self._allocate_locked()
+        (path / _r.CONTROL_DIR).mkdir(exist_ok=True)
+        return object_id, path
+
+    def _allocate_locked(self) -> tuple[str, Path]:
+        try:
+            number = int(self._counter.read_text().strip() or "1")
+        except FileNotFoundError:
+            number = 1
+        while True:
+            path = self.objects / str(number)
             try:
-                number = int(self._counter.read_text().strip() or "1")
-            except FileNotFoundError:
-                number = 1
-            while True:
-                path = self.objects / str(number)
-                try:
-                    path.mkdir()
-                    break
-                except FileExistsError:
-                    number += 1
-            _write_atomically(self._counter, f"{number + 1}\n".encode())
-        (path / _r.CONTROL_DIR).mkdir()
+                path.mkdir()
+                break
+            except FileExistsError:
+                number += 1
+        _write_atomically(self._counter, f"{number + 1}\n".encode())
         return str(number), path
+
+    def claim(self, key: str) -> tuple[str, Path, bool]:
+        """The object of launch ``key`` (``<job>.<N>.<a>``): the one an earlier start of
+        the same launch made, or a new, empty directory recorded as that launch's.
+
+        The index ``attempts/<key>`` (one file per launch, holding the object id, written
+        under the data directory's lock before anything else of the object) is what makes
+        a start idempotent per attempt: a second start, by the same process or another one
+        after a crash, finds the object instead of making another.
+
+        Returns:
+            ``(object id, directory, made)``: ``made`` is whether the object's ``meta.json``
+            exists (an earlier start got that far; the directory may be in the archive).
+        """
+        self.ensure()
+        self.attempts.mkdir(exist_ok=True)
+        index = self.attempts / key
+        with self.locked():
+            try:
+                object_id = index.read_text().strip()
+            except FileNotFoundError:
+                object_id = ""
+            if _OBJECT_ID.match(object_id):
+                found = self.find(object_id, archived=True)
+                if found is not None:
+                    return object_id, found, True
+                path = self.objects / object_id
+                if path.is_dir():  # made, but the start was cut off before meta.json
+                    (path / _r.CONTROL_DIR).mkdir(exist_ok=True)
+                    return object_id, path, False
+            # None yet, or the earlier start's runner failed (its directory was removed).
+            object_id, path = self._allocate_locked()
+            _write_atomically(index, f"{object_id}\n".encode())
+        (path / _r.CONTROL_DIR).mkdir(exist_ok=True)
+        return object_id, path, False
 
     def launch(
         self,
@@ -453,8 +503,10 @@ class _Store:
         gate_open: bool,
         env: Mapping[str, str] | None,
         timeout_s: float,
+        die: bool = False,
     ) -> None:
-        """Write ``meta``, start the object's runner and wait until it listens.
+        """Write ``meta``, start the object's runner and wait until it listens (with
+        ``die``, SIGKILL this process once the runner was asked for, before it answered).
 
         Raises:
             RuntimeError: the runner failed to start (the directory was removed).
@@ -464,16 +516,23 @@ class _Store:
         _write_atomically(path / _r.META_FILE, _ENC.encode(meta))
         if gate_open:
             self.mark(path, _r.GATE_OPEN)
+        self.spawn(path, env=env, timeout_s=timeout_s, die=die)
+
+    def spawn(
+        self, path: Path, *, env: Mapping[str, str] | None, timeout_s: float, die: bool = False
+    ) -> None:
+        """Start the runner of the object at ``path`` (its ``meta.json`` written) and wait
+        until it listens. Raises as :meth:`launch`."""
         if self.zygote_idle_s > 0:
             try:
-                self._launch_via_zygote(path, env, timeout_s)
+                self._launch_via_zygote(path, env, timeout_s, die=die)
                 return
             except _NoZygote:
                 self._start_zygote(env)
-        self._launch_directly(path, env, timeout_s)
+        self._launch_directly(path, env, timeout_s, die=die)
 
     def _launch_via_zygote(
-        self, path: Path, env: Mapping[str, str] | None, timeout_s: float
+        self, path: Path, env: Mapping[str, str] | None, timeout_s: float, *, die: bool = False
     ) -> None:
         """Have the zygote fork the runner (see ``local_runner._Zygote``).
 
@@ -499,6 +558,8 @@ class _Store:
                 raise _NoZygote(str(err)) from err
             if answer != b"forking\n":  # anything else: the zygote did not fork
                 raise _NoZygote(f"the zygote answered {answer!r}")
+            if die:
+                _die_now()
             try:
                 answer = lines.readline()
             except TimeoutError as err:
@@ -539,7 +600,9 @@ class _Store:
         except (OSError, subprocess.TimeoutExpired) as err:
             log.warning("local.zygote.not_started", extra={"error": str(err)})
 
-    def _launch_directly(self, path: Path, env: Mapping[str, str] | None, timeout_s: float) -> None:
+    def _launch_directly(
+        self, path: Path, env: Mapping[str, str] | None, timeout_s: float, *, die: bool = False
+    ) -> None:
         command = [self.python, "-I", "-S", str(_RUNNER_PATH), "run", str(path)]
         try:
             with open(path / _r.RUNNER_LOG, "ab") as runner_log:
@@ -556,6 +619,8 @@ class _Store:
         except OSError as err:
             shutil.rmtree(path, ignore_errors=True)
             raise RuntimeError(f"cannot start the runner: {err}") from err
+        if die:
+            _die_now()
         try:
             out, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired as err:
@@ -715,8 +780,12 @@ class _Store:
                     ending = _scheduler(CauseKind.UNKNOWN, "runner vanished; exit status lost")
             elif files.runner is not None:
                 ending = _scheduler(CauseKind.UNKNOWN, "runner vanished before the gate opened")
-            elif (now - meta.created_at).total_seconds() > _RUNNER_GRACE_S:
-                ending = _scheduler(CauseKind.UNKNOWN, "runner never started")
+            else:
+                # No runner ever owned it: its start is in progress, or the process that
+                # started it died first. It is not an object yet (nothing can run it), so it
+                # is not shown: a start of the same launch (idempotent per attempt) gives it
+                # its runner, and only then does it appear (issue 15).
+                return None
         ended = ending is not None
         nodes = (meta.node,) if started else ()
         gate = GateState.OPEN if _r.GATE_OPEN in markers else GateState.CLOSED
@@ -864,6 +933,26 @@ class _Store:
             raise Unreachable(cluster, f"{call}: scheduler unreachable (fault injection)")
         return refuse, unknown, refuse_detail
 
+    def take_die_in_start(self) -> bool:
+        """Consume one armed ``die-in-start-next`` fault; return whether one was armed."""
+        if not self._faults.exists():
+            return False
+        with self.locked():
+            state = self.faults()
+            if state.die_in_start_next <= 0:
+                return False
+            state.die_in_start_next -= 1
+            self._save_faults(state)
+        return True
+
+
+def _die_now() -> NoReturn:
+    """FAULT INJECTION (``die-in-start-next``): SIGKILL the process calling ``start``, as a
+    ``kill -9`` of the supervisor in the middle of a launch would."""
+    logging.shutdown()
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("unreachable: SIGKILL was sent to this process")
+
 
 def _mtime(path: Path) -> datetime:
     try:
@@ -949,6 +1038,7 @@ class LocalBackend:
         base_env: Mapping[str, str] | None = None,
         python: str = sys.executable,
         zygote_idle_s: float = 120.0,
+        idempotent_start: bool = True,
     ) -> None:
         """Serve the objects of ``data_dir`` (made if missing) as cluster ``cluster``.
 
@@ -971,6 +1061,12 @@ class LocalBackend:
             zygote_idle_s: seconds the data directory's zygote (which forks runners, much
                 cheaper than starting an interpreter per object) lives without a request;
                 0 starts every runner directly.
+            idempotent_start: whether a start of a launch (job, N, a) an earlier start
+                already made returns that object (the default, declared in
+                :meth:`declarations`). ``False`` makes every start a new object, as a
+                scheduler without names would: a launch whose outcome a crash lost is then
+                left to a person (``all-unknown:<N>``); the tests use it to stand for such
+                a backend.
 
         Raises:
             ValueError: a negative kill wait or a non-positive node-loss window.
@@ -990,6 +1086,7 @@ class LocalBackend:
         self._retain_ended_s = retain_ended_s
         self._workdir = None if workdir is None else str(workdir)
         self._base_env = None if base_env is None else dict(base_env)
+        self._idempotent_start = idempotent_start
 
     @property
     def cluster(self) -> str:
@@ -1020,19 +1117,24 @@ class LocalBackend:
 
     def declarations(self) -> Declarations:
         """Declare the node-loss window, no native actions, the cessation signal (the
-        process group is gone) and the emergency stop."""
+        process group is gone), the emergency stop, and a start idempotent per attempt
+        (unless built with ``idempotent_start=False``)."""
         return Declarations(
             node_loss_window_s=self._node_loss_window_s,
             native_actions=frozenset(),
             cessation_signal=True,
             emergency_stop=True,
+            idempotent_start=self._idempotent_start,
         )
 
     async def start(self, launch: Launch) -> ObjectRef:
         """Make the object for ``launch`` with its gate closed and its runner waiting.
 
         Returns:
-            The new object's ref (its id is the next number of the data directory).
+            The object's ref: a new one (its id is the next number of the data
+            directory), or, with ``idempotent_start``, the one an earlier start of the same
+            launch (job, N, a) made, wherever it is now (pending, running, ended or
+            archived), given its runner first if that start was cut off before it had one.
 
         Raises:
             LaunchRefusedError: the spec has nothing to run or an invalid ``time`` option,
@@ -1064,9 +1166,15 @@ class LocalBackend:
         execution_epoch = epoch(launch.generation, launch.submission, 0)
         cwd = spec.options.get("chdir") or self._workdir or os.getcwd()
         try:
-            object_id, path = self._store.allocate()
+            if self._idempotent_start:
+                key = f"{launch.intent.job_id}.{launch.submission}.{launch.attempt}"
+                object_id, path, made = self._store.claim(key)
+            else:
+                (object_id, path), made = self._store.allocate(), False
         except OSError as err:
             raise Unreachable(self._cluster, f"cannot make an object: {err}") from err
+        if made:
+            return self._resume(launch, object_id, path, unknown=unknown)
         execution = f"{object_id}-r0-{secrets.token_hex(4)}"
         env = dict(spec.env)
         env.update(
@@ -1099,11 +1207,19 @@ class LocalBackend:
             node=self._node,
             created_at=_utcnow(),
         )
+        die = self._store.take_die_in_start()
         try:
             self._store.launch(
-                path, meta, gate_open=False, env=self._base_env, timeout_s=self._start_timeout_s
+                path,
+                meta,
+                gate_open=False,
+                env=self._base_env,
+                timeout_s=self._start_timeout_s,
+                die=die,
             )
         except RuntimeError as err:
+            if (path / _r.RUNNER_FILE).exists():  # a concurrent start's runner owns it
+                return ObjectRef(cluster=self._cluster, id=object_id)
             raise LaunchRefusedError(self._cluster, str(err)) from err
         except TimeoutError as err:
             raise LaunchUnknownError(self._cluster, str(err)) from err
@@ -1119,6 +1235,33 @@ class LocalBackend:
         if unknown:
             raise LaunchUnknownError(self._cluster, "launch outcome unknown (fault injection)")
         return ObjectRef(cluster=self._cluster, id=object_id)
+
+    def _resume(self, launch: Launch, object_id: str, path: Path, *, unknown: bool) -> ObjectRef:
+        """A second start of a launch an earlier start made ``meta.json`` for: return that
+        object, first giving it the runner the earlier start did not (its process died
+        before, or while, asking for one). Never a second object, never a second runner
+        (the runner's ``runner.json`` is created exclusively)."""
+        ref = ObjectRef(cluster=self._cluster, id=object_id)
+        if path.parent == self._store.objects and not (path / _r.RUNNER_FILE).exists():
+            try:
+                self._store.spawn(path, env=self._base_env, timeout_s=self._start_timeout_s)
+            except RuntimeError as err:
+                if not (path / _r.RUNNER_FILE).exists():
+                    raise LaunchRefusedError(self._cluster, str(err)) from err
+            except TimeoutError as err:
+                raise LaunchUnknownError(self._cluster, str(err)) from err
+        log.info(
+            "local.object.resumed",
+            extra={
+                "object_id": object_id,
+                "job_id": launch.intent.job_id,
+                "submission": launch.submission,
+                "attempt": launch.attempt,
+            },
+        )
+        if unknown:
+            raise LaunchUnknownError(self._cluster, "launch outcome unknown (fault injection)")
+        return ref
 
     async def open_gate(self, ref: ObjectRef) -> None:
         """Open dispatch's gate of ``ref``: its runner runs the command now. Opening an open
@@ -1334,6 +1477,16 @@ class Faults:
 
         self._store.change_faults(change)
 
+    def die_in_start_next(self, count: int = 1) -> None:
+        """Make the next ``count`` starts SIGKILL the process that calls them once the
+        object's runner was asked for and before it said it was up (a launcher killed in
+        the middle of a launch; the runner must run on, issue 15)."""
+
+        def change(state: _FaultState) -> None:
+            state.die_in_start_next += count
+
+        self._store.change_faults(change)
+
     def unreachable_next(self, count: int = 1, call: str = "any") -> None:
         """Make the next ``count`` calls (of kind ``call``, one of :data:`CALLS`, or any)
         raise Unreachable, doing nothing.
@@ -1427,6 +1580,10 @@ def _parser() -> argparse.ArgumentParser:
     refuse.add_argument("--detail", default=None)
     unknown = faults.add_parser("unknown-next", help="make the next start(s) unknown")
     unknown.add_argument("--count", type=int, default=1)
+    die = faults.add_parser(
+        "die-in-start-next", help="make the next start(s) SIGKILL their caller mid-launch"
+    )
+    die.add_argument("--count", type=int, default=1)
     unreachable_next = faults.add_parser("unreachable-next", help="fail the next call(s)")
     unreachable_next.add_argument("--count", type=int, default=1)
     unreachable_next.add_argument("--call", choices=("any", *CALLS), default="any")
@@ -1478,6 +1635,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 faults.refuse_next(args.count, args.detail)
             case "unknown-next":
                 faults.unknown_next(args.count)
+            case "die-in-start-next":
+                faults.die_in_start_next(args.count)
             case "unreachable-next":
                 faults.unreachable_next(args.count, args.call)
             case "unreachable":

@@ -338,7 +338,14 @@ class _Runner:
         finally:
             tmp.unlink()
         # Tell the backend we listen, then let go of its pipe or socket so its read ends.
-        os.write(ready_fd, b"ready\n")
+        # The backend that launched us may be gone (its process killed mid-launch): the
+        # object is made all the same and a restarted backend finds it, so a write to a
+        # closed pipe or socket must never end the runner (issue 15: it used to die of
+        # BrokenPipeError here, and the object ended "unknown" without having run).
+        try:
+            os.write(ready_fd, b"ready\n")
+        except OSError as err:
+            _log(f"the launcher is gone ({err.strerror or err}); running on")
         with open(self.dir / RUNNER_LOG, "ab") as log:
             os.dup2(log.fileno(), ready_fd if ready_fd == 1 else 1)
         if ready_fd != 1:

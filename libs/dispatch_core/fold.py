@@ -439,7 +439,7 @@ def _apply(acc: _Acc, seq: int, ev: JobEvent) -> None:
             )
         case LaunchUnknown():
             sub, i = acc.unresolved(seq, ev.submission, ev.attempt, "launch.unknown")
-            sub.attempts[i] = replace(sub.attempts[i], detail=ev.detail)
+            sub.attempts[i] = replace(sub.attempts[i], detail=ev.detail, unknown_at=ev.at)
         case HoldPlaced():
             expected = len(acc.holds) + 1
             if ev.instance != expected:

@@ -67,6 +67,8 @@ class Attempt(msgspec.Struct, frozen=True, kw_only=True):
         outcome: see :class:`LaunchOutcome`.
         ref: the object it made, once known.
         detail: the scheduler's words for a refusal, or the error of an unknown outcome.
+        unknown_at: when a start last came back with an unknown outcome (``LaunchUnknown``),
+            ``None`` while no start has answered (in flight, or the launcher crashed).
     """
 
     submission: int
@@ -75,6 +77,7 @@ class Attempt(msgspec.Struct, frozen=True, kw_only=True):
     outcome: LaunchOutcome = LaunchOutcome.UNKNOWN
     ref: ObjectRef | None = None
     detail: str = ""
+    unknown_at: UtcDatetime | None = None
 
 
 class Submission(msgspec.Struct, frozen=True, kw_only=True):

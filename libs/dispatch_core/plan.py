@@ -23,7 +23,9 @@ docs/core-semantics.md, "The planner"):
 3. :func:`_decide_ending`: an object ending is not the job ending (the plan's rule).
 4. :func:`_fence`: the node-loss fence.
 5. :func:`_holds`: overdue holds, the cessation signal, a ceased answer lifting a hold.
-6. :func:`_launches`: submissions opened and launched, ``refused:<N>``.
+6. :func:`_launches`: submissions opened and launched, ``refused:<N>``; then
+   :func:`_resume_launches`: a launch whose outcome a crash lost (or that came back
+   unknown) started again, on a backend whose start is idempotent per attempt.
 7. :func:`_unknown_launches`: ``all-unknown:<N>`` and ``unmatched:<N>/<a>``.
 8. :func:`_gates`: start gates opened; ``admin-held:<id>``.
 9. :func:`_foreign`: ``foreign:<id>``.
@@ -46,6 +48,7 @@ from dispatch_core.events import (
     JobEvent,
     LaunchIntended,
     LaunchRecorded,
+    LaunchUnknown,
     NodeLossObserved,
     OutcomeCommitted,
     RecoveryCommitted,
@@ -83,11 +86,20 @@ from dispatch_core.steps import (
 )
 from dispatch_core.writers import WriterKind
 
-__all__ = ["GONE_DETAIL", "STOP_INTERVAL_S", "next_steps"]
+__all__ = ["GONE_DETAIL", "RESUME_INTERVAL_S", "STOP_INTERVAL_S", "next_steps"]
 
 STOP_INTERVAL_S: Final = 60.0
 """Seconds between two asks to stop an object that is still alive (docs/core-semantics.md,
 planner rule 9): a stop lost on the way is asked again, so the job can settle."""
+
+RESUME_INTERVAL_S: Final = 30.0
+"""Seconds after a launch's intent, or after its start last came back unknown, before the
+same attempt is started again on a backend whose start is idempotent per attempt
+(docs/core-semantics.md, "Launches that survive the launcher"): a start still in flight in a
+live supervisor answers well within it."""
+
+_RESUMED: Final = "started again (the backend finds the object if one was made)"
+"""The words of the ``LaunchUnknown`` committed when a launch is started again."""
 
 GONE_DETAIL: Final = "object no longer shown by the scheduler"
 """The detail of the cause recorded for an object the scheduler stopped showing."""
@@ -274,6 +286,7 @@ def next_steps(
     _fence(p)
     _holds(p)
     _launches(p)
+    _resume_launches(p)
     _unknown_launches(p)
     _gates(p)
     _foreign(p)
@@ -988,6 +1001,109 @@ def _refused(p: _Pass, sub: Submission) -> None:
     )
 
 
+def _resume_launches(p: _Pass) -> None:
+    """Start again the current submission's last attempt when its outcome is unknown and
+    the backend's start is idempotent per attempt (``Declarations.idempotent_start``).
+
+    Issue 15, "Launches survive the launcher": a supervisor killed between committing a
+    launch intent and recording its outcome left the attempt unknown, and since nothing may
+    resubmit on unknown, a person had to abandon a launch the backend could have completed.
+    On an idempotent backend a second start of the same (job, N, a) makes no second object:
+    it returns the one the first start made (pending, running or ended) or makes it now, so
+    the planner may simply ask again. It does so
+
+    * :data:`RESUME_INTERVAL_S` after its intent for an attempt no start has answered
+      (``unknown_at`` is ``None``: its start was cut off, or is still in flight in another
+      supervisor, which the interval makes unlikely and idempotence makes harmless);
+    * :data:`RESUME_INTERVAL_S` after a start of it last came back unknown, unless
+      :func:`_launches` launched the next attempt instead (policy ``relaunch``).
+
+    Each time it first commits ``LaunchUnknown`` (the outcome is not known; the words say it
+    is started again), so two supervisors never resume the same attempt at once (the commit
+    is a decision, appended under optimistic concurrency), the next try waits its interval
+    whatever this one's fate, and planning again gives nothing new. Then the ``Launch`` step,
+    with ``resume`` set, carries the attempt's own intent (already in the record).
+
+    It asks only for the last attempt of the current submission, with no attempt of it
+    launched: an earlier unknown attempt (policy ``relaunch``) started again would be a
+    duplicate of the one that followed it, so it stays ``unmatched:<N>/<a>`` for a person
+    (seed 002). The start gate stays closed whatever the job's hold or outcome: an object it
+    makes for a job that has an outcome is stopped by :func:`_stops` like any other, which
+    settles the record without a person.
+    """
+    if not p.declarations.idempotent_start or p.launches:
+        return
+    job = p.job
+    sub = job.submission
+    if sub is None or not sub.attempts:
+        return
+    if any(a.outcome is LaunchOutcome.LAUNCHED for a in sub.attempts):
+        return
+    last = sub.attempts[-1]
+    if last.outcome is not LaunchOutcome.UNKNOWN:
+        return
+    due = (last.unknown_at or last.intended_at) + timedelta(seconds=RESUME_INTERVAL_S)
+    if p.now < due:
+        p.wake(due)
+        return
+    if last.unknown_at is None:
+        words = f"{_RESUMED}: no answer of its start was recorded (its supervisor stopped)"
+    else:
+        earlier = "" if last.detail.startswith(_RESUMED) else _words(last.detail)
+        words = f"{_RESUMED}: its start came back with an unknown outcome{earlier}"
+    which = f"{sub.number}/{last.attempt}:{_iso(p.now)}"
+    p.commit(
+        "launch-resumed",
+        which,
+        LaunchUnknown(
+            job_id=job.job_id,
+            at=p.now,
+            submission=sub.number,
+            attempt=last.attempt,
+            detail=words,
+        ),
+    )
+    intent = LaunchIntended(
+        job_id=job.job_id, at=last.intended_at, submission=sub.number, attempt=last.attempt
+    )
+    p.launches.append(
+        Launch(
+            key=p.key("launch", f"{which}:resume"),
+            intent=intent,
+            name=_name(job.job_id),
+            spec=job.spec,
+            generation=job.generation,
+            submission=sub.number,
+            attempt=last.attempt,
+            exclude_nodes=_lost_nodes(p),
+            resume=True,
+        )
+    )
+    p.wake(p.now + timedelta(seconds=RESUME_INTERVAL_S))  # again, should its answer be lost
+
+
+def _cut_off(p: _Pass) -> frozenset[tuple[int, int]]:
+    """The (N, a) of a launch whose start no answer was recorded for, on a backend whose
+    start is idempotent: :func:`_resume_launches` starts it again (in this pass, or at its
+    due time), so it is not escalated before that start has answered: a supervisor down for
+    longer than the unresolved age, or an unresolved age shorter than
+    :data:`RESUME_INTERVAL_S`, must not ask a person about a launch the backend settles. One
+    whose start came back unknown is escalated as usual once the age ran out."""
+    if not p.declarations.idempotent_start:
+        return frozenset()
+    sub = p.given.submission
+    if sub is None or not sub.attempts:
+        return frozenset()
+    last = sub.attempts[-1]
+    if (
+        last.outcome is LaunchOutcome.UNKNOWN
+        and last.unknown_at is None
+        and not any(a.outcome is LaunchOutcome.LAUNCHED for a in sub.attempts)
+    ):
+        return frozenset({(sub.number, last.attempt)})
+    return frozenset()
+
+
 # -- 7. unknown launches ----------------------------------------------------------------------
 
 
@@ -998,12 +1114,15 @@ def _unknown_launches(p: _Pass) -> None:
     for at least the job's unresolved age, 10 minutes unless WithUnresolvedAge set it, and
     no object turned up for it." ``all-unknown:<N>`` when every attempt of N is unknown
     (from the last attempt's intent); otherwise ``unmatched:<N>/<a>`` for each unknown
-    attempt. Every submission is checked: an unknown launch blocks settling.
+    attempt. Every submission is checked: an unknown launch blocks settling. A cut-off launch
+    an idempotent backend's start will settle (:func:`_cut_off`) is not escalated until that
+    start has answered.
     """
     age = timedelta(seconds=p.job.spec.unresolved_age_s)
+    cut_off = _cut_off(p)
     for sub in p.job.submissions:
         unknown = [a for a in sub.attempts if a.outcome is LaunchOutcome.UNKNOWN]
-        if not unknown:
+        if not unknown or any((sub.number, a.attempt) in cut_off for a in unknown):
             continue
         if len(unknown) == len(sub.attempts):
             escalation_id = f"all-unknown:{sub.number}"

@@ -324,12 +324,19 @@ class Declarations(msgspec.Struct, frozen=True, kw_only=True):
             ``requeue``).
         cessation_signal: whether the backend has the optional cessation signal (seed 004).
         emergency_stop: whether the backend has the optional emergency stop (seed 002).
+        idempotent_start: whether a start is idempotent per attempt: starting the same
+            launch (job, N, a) again makes no second object but returns the one the first
+            start made, whether it is pending, running or ended (local and Kubeflow, by the
+            object's deterministic name). The planner then completes a launch whose outcome
+            a crash lost, instead of leaving it to a person (docs/core-semantics.md,
+            "Launches that survive the launcher").
     """
 
     node_loss_window_s: float
     native_actions: frozenset[Action] = frozenset()
     cessation_signal: bool = False
     emergency_stop: bool = False
+    idempotent_start: bool = False
 
 
 class SharedCheckpoint(msgspec.Struct, frozen=True, kw_only=True, tag="shared-checkpoint"):

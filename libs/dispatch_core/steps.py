@@ -60,6 +60,10 @@ class Launch(Step, frozen=True, kw_only=True, tag="launch"):
         generation, submission, attempt: G, N and a; the backend computes
             ``DISPATCH_EPOCH`` from G, N and its own restart count R.
         exclude_nodes: nodes lost by earlier executions, which a backend may avoid.
+        resume: the intent is already in the record (a launch whose outcome a crash lost,
+            or that came back unknown, on a backend whose start is idempotent per attempt):
+            commit nothing first, call the backend's start again (it returns the object
+            the earlier start made, if any), then commit the result as for any launch.
     """
 
     intent: LaunchIntended
@@ -69,6 +73,7 @@ class Launch(Step, frozen=True, kw_only=True, tag="launch"):
     submission: int
     attempt: int
     exclude_nodes: tuple[str, ...] = ()
+    resume: bool = False
 
 
 class OpenGate(Step, frozen=True, kw_only=True, tag="open-gate"):

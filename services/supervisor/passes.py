@@ -227,7 +227,7 @@ def _decisions(steps: Sequence[Step]) -> list[tuple[str, JobEvent]]:
                 out.append((step.key, step.event))
             case Stop():
                 out.append((step.key, step.intent))
-            case Launch():
+            case Launch() if not step.resume:  # a resumed launch's intent is recorded
                 out.append((step.key, step.intent))
             case _:
                 pass
@@ -366,7 +366,9 @@ class PassExecutor:
                     )
                     continue
                 appended += len(decisions)
-                if self._crash_after_intent and any(isinstance(s, Launch) for s in plan.steps):
+                if self._crash_after_intent and any(
+                    isinstance(s, Launch) and not s.resume for s in plan.steps
+                ):
                     log.warning("supervisor.crash_after_intent", extra={"job_id": job_id})
                     logging.shutdown()
                     os.kill(os.getpid(), signal.SIGKILL)

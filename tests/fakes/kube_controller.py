@@ -363,6 +363,54 @@ class ClusterSimulator:
                 self.store.delete(PODS, ns, name, grace_period_seconds=0)
             self.settle()
 
+    def shut_down_node(
+        self, node: str, *, disruption_condition: bool = True, gone: bool = False
+    ) -> None:
+        """A graceful shutdown of the node (a spot or preemptible node reclaimed), as the
+        kubelet's shutdown manager does it (kubernetes/kubernetes
+        ``pkg/kubelet/nodeshutdown/nodeshutdown_manager.go``, ``killPods``): its Ready
+        condition turns ``False`` with the shutdown manager's error ``node is shutting down``
+        (``ShutdownStatus``), and each of its pods gets phase ``Failed``, ``status.reason``
+        ``Terminated``, ``status.message`` "Pod was terminated in response to imminent node
+        shutdown.", its containers SIGTERMed (exit 143), and, with ``disruption_condition``
+        (a kubelet with ``PodDisruptionConditions``), ``DisruptionTarget`` /
+        ``TerminationByKubelet`` with the same message. With ``gone`` the Node object is then
+        deleted (the cloud provider removed the instance) before the Job controller reacts.
+        """
+        message = "Pod was terminated in response to imminent node shutdown."
+        with self.store.lock:
+            self.settle()
+            obj = self.store.get(NODES, None, node)
+            now = format_time(self.store.now())
+            _set_condition(
+                obj,
+                {
+                    "type": "Ready",
+                    "status": "False",
+                    "reason": "KubeletNotReady",
+                    "message": "node is shutting down",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                },
+            )
+            self.store.update(NODES, None, node, obj, subresource="status")
+            for pod in self._pods_on(node):
+                if pod["status"].get("phase") in ("Succeeded", "Failed"):
+                    continue
+                pod["status"]["reason"] = "Terminated"
+                pod["status"]["message"] = message
+                if disruption_condition:
+                    _set_condition(
+                        pod,
+                        _pod_condition(
+                            "DisruptionTarget", "True", "TerminationByKubelet", message, now
+                        ),
+                    )
+                self._terminate(pod, 143, "Error")
+            if gone:
+                self.store.delete(NODES, None, node)
+            self.settle()
+
     def _pods_on(self, node: str) -> list[JsonObject]:
         items, _, _ = self.store.list_objects(PODS, None, field_selector=f"spec.nodeName={node}")
         return items

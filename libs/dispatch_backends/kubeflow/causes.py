@@ -19,6 +19,12 @@ TrainJob ``Failed`` reason ``TrainingRuntimeNotSupported``  ``launch-failed``  B
 pod ``DisruptionTarget`` ``PreemptionByScheduler``         ``preempted``    B3
 pod ``DisruptionTarget`` ``DeletionByTaintManager``        ``node-lost``    B3, B5
 pod ``DisruptionTarget`` ``DeletionByPodGC`` (node gone)   ``node-lost``    B3
+a graceful node shutdown (below) on a node being shut      ``preempted``    kubelet
+down (still Ready, or NotReady saying "node is shutting
+down")
+a graceful node shutdown on a node gone or NotReady        ``node-lost``    kubelet
+for another reason
+a pod not finished on a node being shut down               ``preempted``    kubelet
 a pod not finished on a node not Ready (or gone)           ``node-lost``    B5
 Kueue Workload ``Evicted`` reason ``Preempted`` (with the  ``preempted``    B4
 ``Preempted`` condition's reason, e.g. ``InClusterQueue``)
@@ -27,10 +33,29 @@ child Job ``Failed``/``FailureTarget`` ``DeadlineExceeded``  ``time-limit``   B3
 container terminated ``OOMKilled`` (exit code kept)        ``out-of-memory``  B3
 container terminated with a non-zero exit code, the pod    ``non-zero-exit``  B3
 not being deleted (provenance ``application``)
-any other disruption reason (``TerminationByKubelet``,     ``unknown``      seed 000
-``EvictionByEvictionAPI``, ...), any other Kueue eviction
-reason, any other Failed reason with no evidence
+any other disruption reason (``TerminationByKubelet``     ``unknown``      seed 000
+for a node-pressure eviction, ``EvictionByEvictionAPI``,
+...), any other Kueue eviction reason, any other Failed
+reason with no evidence
 =========================================================  ===============  ===============
+
+**Graceful node shutdown** (issue 15; kubeflow/trainer#1570 is the same mistake the other way:
+the pod of a spot node's graceful shutdown taken for the job's own failure). The kubelet's
+shutdown manager (kubernetes/kubernetes ``pkg/kubelet/nodeshutdown/nodeshutdown_manager.go``,
+``podManager.killPods``) sets the pods it kills to phase ``Failed`` with ``status.reason``
+``Terminated`` and ``status.message`` "Pod was terminated in response to imminent node
+shutdown." and adds ``DisruptionTarget`` reason ``TerminationByKubelet`` with the same
+message; a kubelet without that condition (before ``PodDisruptionConditions``) leaves only
+the status reason and message, and 1.20's said reason ``Shutdown``, "Node is shutting, evicting
+pods" (the two shapes ``yteraoka/terminated-pod-cleaner`` records). A pod refused on a node
+shutting down gets ``NodeShutdown``, "Pod was rejected as the node is shutting down."
+(``NodeShutdownNotAdmittedReason``). The container ends with 143 (SIGTERM), which is the
+shutdown's consequence, never the job's exit. Whether it is ``preempted`` or ``node-lost``
+depends on the node: being shut down (the kubelet's Ready condition says "node is shutting
+down": ``ShutdownStatus`` in ``nodeshutdown_manager_linux.go``, or the node is still Ready) is
+a graceful shutdown of a spot or preemptible node, ``preempted``; gone, or NotReady for
+another reason, is ``node-lost``. The detail keeps the pod's and the node's words. A
+``TerminationByKubelet`` with any other message (node-pressure eviction) stays ``unknown``.
 
 Among several pieces of evidence the earliest wins (the first thing that went wrong; the
 rest is usually its consequence: when one pod fails, the Job controller deletes the others
@@ -76,6 +101,24 @@ _PREEMPTED_DISRUPTIONS: Final = frozenset({"PreemptionByScheduler"})
 """facts B3: ``core/v1/types.go:3792``."""
 _NODE_LOST_DISRUPTIONS: Final = frozenset({"DeletionByTaintManager", "DeletionByPodGC"})
 """facts B3: taint manager (NoExecute ``unreachable``) and PodGC (node object gone)."""
+_NODE_SHUTDOWN_MESSAGES: Final = frozenset(
+    {
+        "Pod was terminated in response to imminent node shutdown.",
+        "Pod was rejected as the node is shutting down.",
+        "Node is shutting, evicting pods",
+    }
+)
+"""The kubelet's words for a pod a graceful node shutdown ended (see the module docstring):
+``nodeShutdownMessage`` and ``nodeShutdownNotAdmittedMessage`` of
+``pkg/kubelet/nodeshutdown/nodeshutdown_manager.go``, and Kubernetes 1.20's message."""
+_NODE_SHUTDOWN_REASONS: Final = frozenset({"Terminated", "Shutdown", "NodeShutdown"})
+"""The pod ``status.reason`` the kubelet sets with those words (``nodeShutdownReason``,
+1.20's ``Shutdown``, ``NodeShutdownNotAdmittedReason``)."""
+_TERMINATION_BY_KUBELET: Final = "TerminationByKubelet"
+"""facts B3: ``core/v1/types.go:3788``, node-pressure eviction or graceful node shutdown."""
+_NODE_SHUTTING_DOWN: Final = "node is shutting down"
+"""The kubelet's error in its node's Ready condition while it shuts down (``ShutdownStatus``
+in ``pkg/kubelet/nodeshutdown/nodeshutdown_manager_linux.go``)."""
 _KUEUE_PREEMPTED: Final = "Preempted"
 _KUEUE_NODE_FAILURES: Final = "NodeFailures"
 """facts B4, ``Evicted`` reasons."""
@@ -167,6 +210,9 @@ class PodFacts(msgspec.Struct, frozen=True, kw_only=True):
         disruption: the first ``DisruptionTarget=True`` seen.
         termination: the first failing container termination seen.
         rv: the resourceVersion of the last version seen.
+        reason, message: the first non-empty ``status.reason`` seen and its
+            ``status.message`` (the kubelet's words for a pod it ended: ``Terminated``,
+            ``Evicted``, ...).
     """
 
     uid: str
@@ -182,11 +228,28 @@ class PodFacts(msgspec.Struct, frozen=True, kw_only=True):
     disruption: Disruption | None = None
     termination: Termination | None = None
     rv: int = 0
+    reason: str = ""
+    message: str = ""
 
     @property
     def finished(self) -> bool:
         """Whether its containers are done (phase ``Succeeded``/``Failed``)."""
         return self.phase in ("Succeeded", "Failed")
+
+    def node_shutdown(self) -> str | None:
+        """The kubelet's words if a graceful shutdown of its node ended it (the
+        ``DisruptionTarget`` ``TerminationByKubelet`` with the shutdown message, or the
+        status reason and message alone), else ``None``."""
+        d = self.disruption
+        if d is not None and d.reason == _TERMINATION_BY_KUBELET:
+            if d.message.strip() in _NODE_SHUTDOWN_MESSAGES:
+                return f"pod {self.name} {DISRUPTION_TARGET} ({d.reason}): {d.message}"
+            return None
+        if self.reason in _NODE_SHUTDOWN_REASONS and self.message.strip() in (
+            _NODE_SHUTDOWN_MESSAGES
+        ):
+            return f"pod {self.name} {self.phase or 'status'} ({self.reason}): {self.message}"
+        return None
 
 
 def _first_termination(pod: Mapping[str, Any], deleting: bool) -> Termination | None:
@@ -245,6 +308,10 @@ def pod_facts(previous: PodFacts | None, pod: Mapping[str, Any], *, deleted: boo
     if termination is None:
         termination = _first_termination(pod, deleting)
     rv_text = meta.get("resourceVersion") or "0"
+    status = pod.get("status") or {}
+    reason, message = (previous.reason, previous.message) if previous is not None else ("", "")
+    if not reason and status.get("reason"):
+        reason, message = str(status.get("reason")), str(status.get("message") or "")
     return PodFacts(
         uid=str(meta.get("uid") or (previous.uid if previous else "")),
         name=str(meta.get("name") or ""),
@@ -258,6 +325,8 @@ def pod_facts(previous: PodFacts | None, pod: Mapping[str, Any], *, deleted: boo
         disruption=disruption,
         termination=termination,
         rv=int(rv_text) if str(rv_text).isdigit() else 0,
+        reason=reason,
+        message=message,
     )
 
 
@@ -281,6 +350,12 @@ class NodeFacts(msgspec.Struct, frozen=True, kw_only=True):
     def is_ready(self) -> bool:
         """Whether the node is Ready."""
         return self.ready == "True"
+
+    @property
+    def shutting_down(self) -> bool:
+        """Whether its kubelet says it is being shut down (a NotReady condition whose message
+        has the shutdown manager's error, ``node is shutting down``)."""
+        return not self.is_ready and _NODE_SHUTTING_DOWN in self.message.lower()
 
     def words(self) -> str:
         """``node <name> Ready=<status> (<reason>): <message>``."""
@@ -422,6 +497,12 @@ def _candidates(
 ) -> list[_Candidate]:
     out: list[_Candidate] = []
     for pod in pods:
+        shutdown = _node_shutdown(pod, nodes)
+        if shutdown is not None:
+            # The kubelet ended it for its node's shutdown: the disruption and the 143 the
+            # container exited with are that shutdown, nothing of the job's own.
+            out.append(shutdown)
+            continue
         d = pod.disruption
         if d is not None:
             words = f"pod {pod.name} {DISRUPTION_TARGET} ({d.reason}): {d.message}"
@@ -459,11 +540,14 @@ def _candidates(
         if pod.node and not pod.finished and d is None:
             node_lost, node_words, since = _node_state(pod.node, nodes)
             if node_lost:
+                shutting_down = pod.node in nodes and nodes[pod.node].shutting_down
                 out.append(
                     _Candidate(
                         at=since,
                         rank=_RANK_NODE,
-                        kind=CauseKind.NODE_LOST,
+                        # A node its kubelet is shutting down: the graceful shutdown of a
+                        # spot or preemptible node (module docstring).
+                        kind=CauseKind.PREEMPTED if shutting_down else CauseKind.NODE_LOST,
                         provenance=Provenance.SCHEDULER,
                         words=f"pod {pod.name} on {node_words}",
                     )
@@ -522,6 +606,39 @@ def _candidates(
                 )
             )
     return out
+
+
+def _node_shutdown(pod: PodFacts, nodes: Mapping[str, NodeFacts]) -> _Candidate | None:
+    """The evidence of a graceful shutdown of the pod's node (module docstring, "Graceful
+    node shutdown"): ``preempted`` while the node is being shut down (it says so, or is
+    still Ready), ``node-lost`` once it is gone or NotReady for another reason."""
+    words = pod.node_shutdown()
+    if words is None:
+        return None
+    facts = nodes.get(pod.node) if pod.node else None
+    if facts is None:
+        kind = CauseKind.NODE_LOST
+        node_words = f"node {pod.node or '(none)'} no longer exists"
+    else:
+        node_words = facts.words()
+        kind = CauseKind.PREEMPTED if facts.is_ready or facts.shutting_down else CauseKind.NODE_LOST
+    if kind is CauseKind.PREEMPTED:
+        words += f"; a graceful shutdown of its node ({node_words})"
+    else:
+        words += f"; its node is lost ({node_words})"
+    t = pod.termination
+    if t is not None:
+        words += f"; container {t.container} terminated ({t.reason})"
+        if t.exit_code is not None:
+            words += f", exit code {t.exit_code}"
+    at = pod.disruption.at if pod.disruption is not None else None
+    return _Candidate(
+        at=at or (t.at if t is not None else None),
+        rank=_RANK_DISRUPTION,
+        kind=kind,
+        provenance=Provenance.SCHEDULER,
+        words=words,
+    )
 
 
 def _earliest(candidates: Sequence[_Candidate]) -> _Candidate | None:

@@ -158,9 +158,12 @@ class KubeflowSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
 def kubeflow_declarations(settings: KubeflowSettings) -> Declarations:
     """What the Kubeflow backend declares (seed 000, "The node-loss fence"): the node-loss
     window of ``settings``, no native recovery actions, a cessation signal (from the state
-    of the nodes the object ran on) and an emergency stop. Needs no Kubernetes client."""
+    of the nodes the object ran on), an emergency stop, and a start idempotent per attempt
+    (the TrainJob's name is deterministic per launch, and a second create of it finds the
+    one the first made: :meth:`KubeflowBackend.start`). Needs no Kubernetes client."""
     return Declarations(
         node_loss_window_s=settings.node_loss_window_s,
         cessation_signal=True,
         emergency_stop=True,
+        idempotent_start=True,
     )

@@ -56,6 +56,7 @@ class Runtime(Installation[LocalBackend]):
         kill_wait_s: float = 1.0,
         node_loss_window_s: float = 60.0,
         retain_ended_s: float = 600.0,
+        idempotent_start: bool = True,
     ) -> None:
         self.data_dir = tmp / "local"
         self.flag = tmp / "flag"
@@ -69,6 +70,7 @@ class Runtime(Installation[LocalBackend]):
                 node_loss_window_s=node_loss_window_s,
                 retain_ended_s=retain_ended_s,
                 workdir=tmp,
+                idempotent_start=idempotent_start,
             ),
             clusters_toml=(
                 "[[clusters]]\n"
@@ -79,6 +81,7 @@ class Runtime(Installation[LocalBackend]):
                 f"node_loss_window_s = {node_loss_window_s}\n"
                 f"retain_ended_s = {retain_ended_s}\n"
                 f'workdir = "{tmp}"\n'
+                f"idempotent_start = {'true' if idempotent_start else 'false'}\n"
             ),
             poll_interval_s=poll_interval_s,
         )

@@ -152,6 +152,50 @@ async def test_scheduler_preemption_is_read_from_a_pod_that_is_gone(
     assert "FailedJobs" in cause.detail
 
 
+@pytest.mark.parametrize(
+    ("disruption_condition", "gone", "kind"),
+    [
+        (True, False, CauseKind.PREEMPTED),
+        (False, False, CauseKind.PREEMPTED),
+        (True, True, CauseKind.NODE_LOST),
+        (False, True, CauseKind.NODE_LOST),
+    ],
+    ids=[
+        "disruption-target-node-shutting-down",
+        "status-reason-only-node-shutting-down",
+        "disruption-target-node-gone",
+        "status-reason-only-node-gone",
+    ],
+)
+async def test_a_graceful_node_shutdown_is_preempted_or_node_lost(
+    harness: KubeflowHarness, disruption_condition: bool, gone: bool, kind: CauseKind
+) -> None:
+    # Issue 15 / kubeflow/trainer#1570: the kubelet's shutdown manager fails the pods of a
+    # node being shut down (status reason Terminated, "Pod was terminated in response to
+    # imminent node shutdown.", exit 143; DisruptionTarget TerminationByKubelet where the
+    # kubelet has PodDisruptionConditions). While the node is being shut down that is a spot
+    # node reclaimed: preempted; once the node is gone: node-lost. Never non-zero-exit 143.
+    job = new_job_id()
+    ref = await running(harness, job)
+    node = sorted(harness.cluster.nodes_of(NS, name_of(ref)))[0]
+    await step(
+        harness.cluster.shut_down_node, node, disruption_condition=disruption_condition, gone=gone
+    )
+    cause = (await ended(harness, job, ref)).cause
+    assert cause is not None
+    assert (cause.kind, cause.exit_code, cause.provenance) == (kind, None, Provenance.SCHEDULER)
+    assert "Pod was terminated in response to imminent node shutdown." in cause.detail
+    if disruption_condition:
+        assert "DisruptionTarget (TerminationByKubelet)" in cause.detail
+    else:
+        assert "(Terminated): Pod was terminated" in cause.detail
+    if gone:
+        assert f"node {node} no longer exists" in cause.detail
+    else:
+        assert f"node {node} Ready=False (KubeletNotReady): node is shutting down" in cause.detail
+    assert "FailedJobs" in cause.detail  # the TrainJob's own words come first
+
+
 async def test_kueue_eviction_without_pod_reasons_is_preempted_and_never_readmitted(
     harness: KubeflowHarness,
 ) -> None:
@@ -401,3 +445,25 @@ async def test_evidence_lost_in_a_410_gap_is_unknown_never_a_guess(
     assert cause.kind is CauseKind.UNKNOWN, cause
     assert "FailedJobs" in cause.detail
     assert "expired (410)" in cause.detail
+
+
+async def test_a_second_start_of_a_launch_returns_its_trainjob_pending_or_ended(
+    harness: KubeflowHarness,
+) -> None:
+    # Issue 15, "Launches survive the launcher": the TrainJob's name is deterministic per
+    # launch, so a start a restarted supervisor repeats finds the one the first start made
+    # (declared: idempotent_start), pending or ended, and never makes a second.
+    assert harness.backend.declarations().idempotent_start
+    job = new_job_id()
+    launch = make_launch(job, harness.spec(Program.SLEEP))
+    ref = await harness.backend.start(launch)
+    harness.started.append(ref)
+    assert await harness.backend.start(launch) == ref
+    await harness.backend.open_gate(ref)
+    await harness.wait_phase(job, ref, ObjectPhase.RUNNING)
+    await step(harness.cluster.succeed, NS, name_of(ref))
+    await ended(harness, job, ref)
+    assert await harness.backend.start(launch) == ref
+    shown = (await harness.discover()).objects[job]
+    assert [o.ref for o in shown] == [ref]
+    assert shown[0].phase is ObjectPhase.ENDED

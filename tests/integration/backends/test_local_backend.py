@@ -6,13 +6,16 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from dispatch_backends import LaunchRefusedError, object_name
+from dispatch_backends import LaunchRefusedError, local_runner, object_name
 from dispatch_backends.local import LocalBackend, ObjectNotFound, parse_time_limit
 from dispatch_core.errors import EpochOutOfRange
 from dispatch_core.state import (
@@ -511,3 +514,157 @@ async def test_an_epoch_out_of_bounds_makes_nothing(harness: LocalHarness) -> No
     with pytest.raises(EpochOutOfRange):
         await harness.backend.start(launch)
     assert not any((harness.data_dir / "objects").iterdir()), "a refused epoch left an object"
+
+
+# -- launches that survive the launcher (issue 15) -------------------------------------------
+
+
+async def test_a_second_start_of_a_launch_returns_its_object_wherever_it_is(
+    tmp_path: Path,
+) -> None:
+    """A start is idempotent per launch (job, N, a): pending, running, ended or archived,
+    a second start returns the object the first made and never runs the command again."""
+    harness = LocalHarness(tmp_path / "data", retain_ended_s=0.0)
+    try:
+        backend = harness.backend
+        assert backend.declarations().idempotent_start
+        job = new_job_id()
+        launch = make_launch(job, harness.spec(Program.SUCCEED), submission=2, attempt=1)
+        ref = await backend.start(launch)
+        harness.started.append(ref)
+        assert await backend.start(launch) == ref  # pending
+        other = await backend.start(
+            make_launch(job, harness.spec(Program.SUCCEED), submission=2, attempt=2)
+        )
+        harness.started.append(other)
+        assert other != ref, "another attempt is another object"
+        await backend.open_gate(ref)
+
+        async def archived() -> None:
+            await harness.discover()  # archives what ended
+            assert (tmp_path / "data" / "archive" / ref.id / "status.json").exists()
+
+        await assert_eventually(archived, timeout_s=harness.settle_timeout_s)
+        assert await backend.start(launch) == ref  # ended and archived
+        again = LocalBackend(CLUSTER, harness.data_dir, kill_wait_s=0.5)  # another process
+        assert await again.start(launch) == ref
+        objects = sorted(p.name for p in (tmp_path / "data" / "objects").iterdir())
+        assert objects == [other.id], "a second start made an object"
+        out = (backend.object_dir(ref) / "stdout").read_text()
+        assert out.count("DISPATCH_JOB=") == 1, "the command ran twice"
+    finally:
+        await harness.cleanup()
+
+
+async def test_a_start_cut_off_before_its_runner_is_completed_by_the_next(
+    harness: LocalHarness,
+) -> None:
+    """The launcher died after writing the object's ``meta.json`` and before its runner
+    started: discovery does not show an object nothing can run, and the next start of the
+    same launch gives it its runner, so it runs once, like any other."""
+    backend = harness.backend
+    job = new_job_id()
+    launch = make_launch(job, harness.spec(Program.SUCCEED))
+    original = backend._store.launch
+
+    def die_before_the_runner(path: Path, meta: object, **kwargs: object) -> None:
+        (path / "meta.json").write_bytes(msgspec.json.encode(meta))
+        raise TimeoutError("the launcher died here")
+
+    backend._store.launch = die_before_the_runner  # type: ignore[method-assign,assignment]
+    try:
+        with pytest.raises(Exception, match="the launcher died here"):
+            await backend.start(launch)
+    finally:
+        backend._store.launch = original  # type: ignore[method-assign]
+    (made,) = (harness.data_dir / "objects").iterdir()
+    assert (made / "meta.json").exists()
+    assert not (made / "runner.json").exists()
+    assert job not in (await harness.discover()).objects, "an object no runner owns is shown"
+
+    ref = await backend.start(launch)
+    harness.started.append(ref)
+    assert ref.id == made.name
+    await harness.wait_phase(job, ref, ObjectPhase.PENDING)
+    await backend.open_gate(ref)
+    ended = await harness.wait_phase(job, ref, ObjectPhase.ENDED)
+    assert ended.cause is not None
+    assert ended.cause.kind is CauseKind.NONE
+    assert (await harness.output(ref)).count("DISPATCH_JOB=") == 1
+
+
+def _run_runner_nobody_reads(path: Path) -> int:
+    """Start ``local_runner run`` on ``path`` with its "ready" going to a pipe whose reader
+    is already closed (the launcher was killed); return the exit status of its first
+    process (which forks the runner and exits)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        with open(path / "runner.log", "ab") as runner_log:
+            runner = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    str(Path(local_runner.__file__).resolve()),
+                    "run",
+                    str(path),
+                ],
+                stdout=write_end,
+                stderr=runner_log,
+                start_new_session=True,
+            )
+    finally:
+        os.close(write_end)
+    return runner.wait(timeout=30)
+
+
+async def test_the_runner_outlives_a_launcher_gone_before_it_said_ready(
+    harness: LocalHarness,
+) -> None:
+    """The runner's "ready" goes to a pipe nobody reads any more (the launcher was killed):
+    the runner runs on (it used to die of BrokenPipeError and the object ended unknown)."""
+    backend = harness.backend
+    job = new_job_id()
+    object_id, path = backend._store.allocate()
+    meta = {
+        "id": object_id,
+        "name": object_name(job),
+        "submission": 1,
+        "attempt": 1,
+        "command": list(shell("echo DISPATCH_JOB=ran")),
+        "env": {},
+        "cwd": str(harness.data_dir),
+        "time_limit_s": None,
+        "kill_wait_s": 0.5,
+        "node": "local",
+        "created_at": "2026-01-01T00:00:00+00:00",
+    }
+    (path / "meta.json").write_text(json.dumps(meta))
+    assert await asyncio.to_thread(_run_runner_nobody_reads, path) == 0
+    ref = ObjectRef(cluster=CLUSTER, id=object_id)
+    harness.started.append(ref)
+    await harness.wait_phase(job, ref, ObjectPhase.PENDING)
+    await backend.open_gate(ref)
+    ended = await harness.wait_phase(job, ref, ObjectPhase.ENDED)
+    assert ended.cause is not None
+    assert ended.cause.kind is CauseKind.NONE, ended.cause
+    assert "the launcher is gone" in (path / "runner.log").read_text()
+
+
+async def test_a_backend_without_idempotent_starts_makes_a_second_object(
+    tmp_path: Path,
+) -> None:
+    """``idempotent_start=False`` stands for a scheduler that can't find a launch's object:
+    it says so in its declarations, and a second start is a second object."""
+    harness = LocalHarness(tmp_path / "data", idempotent_start=False)
+    try:
+        assert not harness.backend.declarations().idempotent_start
+        launch = make_launch(new_job_id(), harness.spec(Program.SUCCEED))
+        first = await harness.backend.start(launch)
+        harness.started.append(first)
+        second = await harness.backend.start(launch)
+        harness.started.append(second)
+        assert first != second
+    finally:
+        await harness.cleanup()

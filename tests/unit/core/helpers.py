@@ -121,11 +121,12 @@ def rule(
 
 def decisions(the_pass: Pass) -> list[JobEvent]:
     """The events the supervisor appends before any action: every ``Commit``'s event, then
-    the intents of ``Launch`` and ``Stop`` steps, in step order."""
+    the intents of ``Launch`` and ``Stop`` steps, in step order (a resumed launch's intent
+    is already in the record)."""
     commits = [s.event for s in the_pass.steps if isinstance(s, Commit)]
     intents: list[JobEvent] = []
     for step in the_pass.steps:
-        if isinstance(step, Launch | Stop):
+        if isinstance(step, Launch | Stop) and not (isinstance(step, Launch) and step.resume):
             intents.append(step.intent)
     return commits + intents
 
@@ -355,8 +356,18 @@ class Sim:
             case "lost":
                 return None
             case _:
-                ref = self.own(n, a).ref
+                ref = self._made(n, a) or self.own(n, a).ref
                 return LaunchRecorded(job_id=job_id, at=at, submission=n, attempt=a, ref=ref)
+
+    def _made(self, submission: int, attempt: int) -> ObjectRef | None:
+        """On a backend whose start is idempotent per attempt, the object an earlier start
+        of (N, a) made (a second start returns it); else ``None``."""
+        if not self.declarations.idempotent_start:
+            return None
+        for obj in self.objects.values():
+            if (obj.submission, obj.attempt) == (submission, attempt) and not obj.foreign:
+                return obj.ref
+        return None
 
     # -- the supervisor ---------------------------------------------------------------------
 

@@ -175,6 +175,9 @@ class SimScheduler:
             30 s by default; longer for a trainer that saves a checkpoint on SIGTERM).
         lost_node_kill_wait_s: seconds a stopped object on a lost node takes to end (until
             the node answers or is declared down: Slurm's ``SlurmdTimeout``, 300 s).
+        idempotent: whether a start is idempotent per attempt
+            (``Declarations.idempotent_start``): a launch of an attempt that already has an
+            object makes none but returns it, and a client retry never makes a second one.
     """
 
     def __init__(
@@ -187,6 +190,7 @@ class SimScheduler:
         outlive_s: float = 24.0,
         kill_wait_s: float = 30.0,
         lost_node_kill_wait_s: float = 300.0,
+        idempotent: bool = False,
     ) -> None:
         self.cluster = cluster
         self.job_id = job_id
@@ -195,6 +199,7 @@ class SimScheduler:
         self.outlive = timedelta(seconds=outlive_s)
         self.kill_wait = timedelta(seconds=kill_wait_s)
         self.lost_node_kill_wait = timedelta(seconds=lost_node_kill_wait_s)
+        self.idempotent = idempotent
         self.objects: dict[ObjectRef, SimObject] = {}
         self.vanished: dict[ObjectRef, SimObject] = {}
         self._next_id = 100
@@ -249,6 +254,19 @@ class SimScheduler:
     def launch(self, step: Launch, answer: LaunchAnswer) -> JobEvent:
         """Carry out a launch; return the fact the supervisor commits for it."""
         job_id, now, n, a = self.job_id, self.now, step.submission, step.attempt
+        if self.idempotent:
+            made = [
+                o
+                for o in (*self.objects.values(), *self.vanished.values())
+                if (o.submission, o.attempt) == (n, a)
+            ]
+            if made:  # the object an earlier start of this launch made, wherever it is now
+                if answer.startswith("unknown"):
+                    return self._timed_out(n, a)
+                ref = made[0].ref
+                return LaunchRecorded(job_id=job_id, at=now, submission=n, attempt=a, ref=ref)
+            if answer is LaunchAnswer.DOUBLED:
+                answer = LaunchAnswer.RECORDED
         if answer is LaunchAnswer.REFUSED:
             words = "sbatch: error: Batch job submission failed: Job violates accounting policy"
             return LaunchRefused(job_id=job_id, at=now, submission=n, attempt=a, detail=words)

@@ -184,6 +184,7 @@ declarations = st.builds(
     native_actions=st.frozensets(actions),
     cessation_signal=st.booleans(),
     emergency_stop=st.booleans(),
+    idempotent_start=st.booleans(),
 )
 specs = st.builds(
     JobSpec,

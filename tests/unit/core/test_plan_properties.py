@@ -129,6 +129,7 @@ _setups = st.builds(
         native_actions=st.frozensets(st.sampled_from([Action.REQUEUE, Action.RESTART])),
         cessation_signal=st.booleans(),
         emergency_stop=st.booleans(),
+        idempotent_start=st.booleans(),
     ),
 )
 

@@ -134,6 +134,7 @@ def _submits(draw: st.DrawFn) -> Submit:
         native_actions=submit.declarations.native_actions,
         cessation_signal=submit.declarations.cessation_signal,
         emergency_stop=submit.declarations.emergency_stop,
+        idempotent_start=submit.declarations.idempotent_start,
     )
     return Submit(
         by=submit.by,
@@ -202,6 +203,7 @@ class DispatchMachine(RuleBasedStateMachine):
             outlive_s=outlive_s,
             kill_wait_s=kill_wait_s,
             lost_node_kill_wait_s=lost_node_kill_wait_s,
+            idempotent=submit.declarations.idempotent_start,
         )
         self.seen = None
         self.native_requeue = native_requeue
@@ -330,7 +332,9 @@ class DispatchMachine(RuleBasedStateMachine):
         * ``Pass.settled`` is ``settled`` of the job with the pass's commits applied;
         * a job with an outcome gets no second one (seed 000: outcomes never change);
         * nothing is launched and no gate opens while the job has an outcome or a hold in
-          force (seed 002: a hold keeps the job from running);
+          force (seed 002: a hold keeps the job from running), except that a launch whose
+          answer was lost is started again on an idempotent backend (its gate stays closed;
+          issue 15, "Launches survive the launcher");
         * the pass is idempotent: with its decisions and the facts of its gates and
           cessation asks ("not yet") committed, planning again on the same view at the same
           time gives nothing but ``Deliver``;
@@ -346,7 +350,12 @@ class DispatchMachine(RuleBasedStateMachine):
                 for s in the_pass.steps
             ), "a pass commits a second outcome"
         if job.outcome is not None or job.hold is not None:
-            assert not any(isinstance(s, Launch | OpenGate) for s in the_pass.steps), the_pass
+            assert not any(
+                isinstance(s, OpenGate) or (isinstance(s, Launch) and not s.resume)
+                for s in the_pass.steps
+            ), the_pass
+        if not self.declarations.idempotent_start:
+            assert not any(isinstance(s, Launch) and s.resume for s in the_pass.steps)
         quiet_facts = facts(the_pass, self.now)
         quiet = fold(
             written(((job.seq + 1 + i, ev) for i, ev in enumerate(quiet_facts))),

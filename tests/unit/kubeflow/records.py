@@ -134,6 +134,8 @@ def pod(
     conditions: list[dict[str, Any]] | None = None,
     terminated: dict[str, Any] | None = None,
     rv: str = "50",
+    reason: str = "",
+    message: str = "",
 ) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "name": name,
@@ -152,23 +154,38 @@ def pod(
     state: dict[str, Any] = {"running": {"startedAt": T0}}
     if terminated is not None:
         state = {"terminated": {"startedAt": T0, "finishedAt": T1, **terminated}}
+    status: dict[str, Any] = {
+        "phase": phase,
+        "conditions": conditions or [],
+        "containerStatuses": [{"name": "node", "state": state}],
+    }
+    if reason:
+        status["reason"] = reason
+    if message:
+        status["message"] = message
     return {
         "metadata": meta,
         "spec": {"nodeName": node, "containers": [{"name": "node"}]},
-        "status": {
-            "phase": phase,
-            "conditions": conditions or [],
-            "containerStatuses": [{"name": "node", "state": state}],
-        },
+        "status": status,
     }
 
 
-def node(name: str = "node-a", ready: str = "True", at: str = T0) -> dict[str, Any]:
-    reason, message = (
-        ("KubeletReady", "kubelet is posting ready status")
-        if ready == "True"
-        else ("NodeStatusUnknown", "Kubelet stopped posting node status.")
-    )
+def node(
+    name: str = "node-a",
+    ready: str = "True",
+    at: str = T0,
+    *,
+    reason: str = "",
+    message: str = "",
+) -> dict[str, Any]:
+    """A Node with its Ready condition (the node lifecycle controller's words for
+    ``Unknown``, the kubelet's for ``True``, unless given)."""
+    if not reason:
+        reason, message = (
+            ("KubeletReady", "kubelet is posting ready status")
+            if ready == "True"
+            else ("NodeStatusUnknown", "Kubelet stopped posting node status.")
+        )
     return {
         "metadata": {"name": name},
         "status": {"conditions": [cond("Ready", ready, reason, message, at)]},

@@ -183,7 +183,13 @@ def test_sigkill_without_oom_is_only_an_exit_code() -> None:
             CauseKind.NODE_LOST,
         ),
         ("DeletionByPodGC", "PodGC: node no longer exists", CauseKind.NODE_LOST),
-        ("TerminationByKubelet", "node shutdown", CauseKind.UNKNOWN),
+        # Node-pressure eviction (kubernetes pkg/kubelet/eviction/helpers.go,
+        # nodeLowMessageFmt) stays what it is: no cause the list has.
+        (
+            "TerminationByKubelet",
+            "The node was low on resource: memory. Threshold quantity: 100Mi, available: 51Mi. ",
+            CauseKind.UNKNOWN,
+        ),
         ("EvictionByEvictionAPI", "Eviction API: evicting", CauseKind.UNKNOWN),
     ],
 )
@@ -373,3 +379,133 @@ def test_node_facts_words() -> None:
         "node node-a Ready=Unknown (NodeStatusUnknown): Kubelet stopped posting node status."
     )
     assert node_facts({"metadata": {"name": "x"}}).words() == "node x Ready=absent"
+
+
+# -- graceful node shutdown (issue 15; kubeflow/trainer#1570) -------------------------------------
+
+SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
+"""kubernetes/kubernetes pkg/kubelet/nodeshutdown/nodeshutdown_manager.go,
+``nodeShutdownMessage`` (with ``nodeShutdownReason`` = ``Terminated``)."""
+
+SHAPES = {
+    # A kubelet with PodDisruptionConditions: the condition and the status reason.
+    "disruption-target": {
+        "reason": "Terminated",
+        "message": SHUTDOWN_MESSAGE,
+        "conditions": [
+            cond("DisruptionTarget", reason="TerminationByKubelet", message=SHUTDOWN_MESSAGE)
+        ],
+    },
+    # A kubelet without the condition: the status reason and message alone, exit 143.
+    "status-terminated": {"reason": "Terminated", "message": SHUTDOWN_MESSAGE},
+    # Kubernetes 1.20's words (yteraoka/terminated-pod-cleaner records both).
+    "status-shutdown": {"reason": "Shutdown", "message": "Node is shutting, evicting pods"},
+}
+
+NODE_STATES = {
+    # The kubelet's Ready condition while its shutdown manager runs (ShutdownStatus:
+    # "node is shutting down", aggregated by the ReadyCondition setter).
+    "shutting-down": (
+        {
+            "node-a": node_facts(
+                node("node-a", "False", reason="KubeletNotReady", message="node is shutting down")
+            )
+        },
+        CauseKind.PREEMPTED,
+        "node node-a Ready=False (KubeletNotReady): node is shutting down",
+    ),
+    # Not yet marked: the pods were told before the node's status changed.
+    "still-ready": (
+        {"node-a": node_facts(node("node-a"))},
+        CauseKind.PREEMPTED,
+        "node node-a Ready=True (KubeletReady)",
+    ),
+    "gone": ({}, CauseKind.NODE_LOST, "node node-a no longer exists"),
+    "not-ready": (
+        {"node-a": node_facts(node("node-a", "Unknown"))},
+        CauseKind.NODE_LOST,
+        "node node-a Ready=Unknown (NodeStatusUnknown): Kubelet stopped posting node status.",
+    ),
+}
+
+
+@pytest.mark.parametrize("state", sorted(NODE_STATES))
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_a_graceful_node_shutdown_is_preempted_or_node_lost_by_the_node(
+    shape: str, state: str
+) -> None:
+    """Both shapes of a pod the kubelet ended for its node's shutdown, with exit 143: never
+    the job's own non-zero exit (kubeflow/trainer#1570), nor unknown; ``preempted`` while the
+    node is being shut down, ``node-lost`` when it is gone or NotReady; every word kept."""
+    nodes, kind, node_words = NODE_STATES[state]
+    given = SHAPES[shape]
+    shut = facts(
+        pod(conditions=given.get("conditions")),
+        pod(
+            phase="Failed",
+            terminated={"exitCode": 143, "reason": "Error"},
+            **given,  # type: ignore[arg-type]
+        ),
+    )
+    cause = failed(shut, nodes=nodes)
+    assert cause.kind is kind, cause
+    assert cause.exit_code is None
+    assert cause.provenance is Provenance.SCHEDULER
+    assert given["message"] in cause.detail
+    assert node_words in cause.detail
+    assert "exit code 143" in cause.detail  # the container's words are kept, not its cause
+    assert cause.detail.startswith("TrainJob dj-j1-1-1 Failed (FailedJobs)")
+
+
+def test_the_shutdown_comes_before_the_other_pods_exits() -> None:
+    """The pod on the node shut down ended first; the other pods' later exits (their peers
+    gone) are its consequence."""
+    nodes, _, _ = NODE_STATES["shutting-down"]
+    nodes = {**nodes, "node-b": node_facts(node("node-b"))}
+    shut = facts(
+        pod(
+            phase="Failed",
+            terminated={"exitCode": 143, "reason": "Error"},
+            **SHAPES["status-terminated"],  # type: ignore[arg-type]
+        )
+    )
+    peer = pod(
+        "dj-j1-1-1-node-0-1-fghij",
+        uid="pod-1",
+        node="node-b",
+        phase="Failed",
+        terminated={"exitCode": 1, "reason": "Error", "finishedAt": T2},
+    )
+    cause = failed(shut, facts(peer), nodes=nodes)
+    assert cause.kind is CauseKind.PREEMPTED
+
+
+def test_a_pod_not_finished_on_a_node_being_shut_down_is_preempted() -> None:
+    """The node says it is shutting down before its pods are marked: the shutdown of a
+    spot node, not a lost one."""
+    nodes, _, node_words = NODE_STATES["shutting-down"]
+    cause = failed(facts(pod()), nodes=nodes)
+    assert cause.kind is CauseKind.PREEMPTED
+    assert node_words in cause.detail
+
+
+def test_a_kubelet_disruption_with_other_words_is_not_a_shutdown() -> None:
+    """Only the kubelet's shutdown words make it one: ``Terminated`` with another message,
+    or ``TerminationByKubelet`` with an eviction's, is not."""
+    other = facts(
+        pod(
+            phase="Failed",
+            terminated={"exitCode": 143, "reason": "Error"},
+            reason="Terminated",
+            message="something else",
+        )
+    )
+    assert other.node_shutdown() is None
+    assert failed(other).kind is CauseKind.NON_ZERO_EXIT
+
+
+def test_pod_facts_keep_the_first_status_reason() -> None:
+    first = pod(phase="Failed", reason="Terminated", message=SHUTDOWN_MESSAGE)
+    later = pod(phase="Failed", reason="Other", message="later words")
+    merged = facts(first, later)
+    assert (merged.reason, merged.message) == ("Terminated", SHUTDOWN_MESSAGE)
