@@ -87,6 +87,7 @@ HoldFor = Annotated[float, msgspec.Meta(gt=0, le=MAX_HOLD_FOR_S)]
 SPEC_LIMITS: Final[dict[str, tuple[float, float]]] = {
     "unresolved_age_s": (0.0, MAX_HOLD_FOR_S),
     "cleanup_deadline_s": (0.0, MAX_HOLD_FOR_S),
+    "stop_overdue_s": (0.0, MAX_HOLD_FOR_S),
 }
 """Durations of a ``JobSpec`` the core accepts (``validate_spec``): greater than the first
 bound, at most the second; shown in the OpenAPI document."""
