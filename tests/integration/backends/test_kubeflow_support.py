@@ -47,6 +47,7 @@ from tests.fakes.kube_apiserver import TRAINJOBS, FakeKubeApiServer
 from tests.fakes.kube_controller import ClusterSimulator, train_job_body
 from tests.unit.core.helpers import Record, decisions
 from tests.unit.kubeflow.records import container_env
+from tests.util import assert_eventually
 
 __all__ = [
     "CLUSTER",
@@ -144,6 +145,27 @@ class KubeflowHarness(BackendHarness):
             TRAINJOBS.plural,
             body,
         )
+
+    async def forget(self, ref: ObjectRef) -> None:
+        """Delete the ended TrainJob, as its TTL or a person would."""
+        namespace, _, name = ref.id.partition("/")
+        custom = k8s.CustomObjectsApi(self.api)
+        await asyncio.to_thread(
+            custom.delete_namespaced_custom_object,
+            TRAINJOBS.group,
+            TRAINJOBS.version,
+            namespace,
+            TRAINJOBS.plural,
+            name,
+        )
+
+        async def deleted() -> None:
+            assert self.trainjob(ref) is None, f"{ref} still in the API server"
+
+        await assert_eventually(deleted, timeout_s=self.settle_timeout_s)
+
+    def never_made(self) -> ObjectRef:
+        return ObjectRef(cluster=CLUSTER, id=f"{NS}/dj-never-made")
 
     def unreachable(self) -> AbstractAsyncContextManager[None]:
         @contextlib.asynccontextmanager
