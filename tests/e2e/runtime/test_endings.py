@@ -11,24 +11,35 @@ it is the supervisor that was down: the observer keeps showing the archived end.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection
 
+import msgspec
 import pytest
+from prometheus_client import CollectorRegistry
 
 from dispatch_backends import Snapshot, Unreachable
 from dispatch_backends.local import LocalBackend
 from dispatch_core import (
+    Action,
     CauseKind,
     Declarations,
     ExecutionEnded,
+    GateOpened,
+    GateState,
+    Job,
     ObjectRef,
     RecoveryPolicy,
+    RecoveryRule,
     State,
     Status,
 )
 from dispatch_core.steps import Launch
+from services.notifier.config import NotifierConfig
+from services.notifier.service import run as notifier_run
 from tests.e2e.runtime.conftest import MakeRuntime
 from tests.e2e.runtime.harness import Runtime, until_flag
+from tests.integration.notifier.support import Receiver
 from tests.util import assert_eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -163,3 +174,81 @@ async def test_a_supervisor_restarted_after_a_long_outage_finds_the_job_succeede
     await assert_eventually(still_shown_ended, timeout_s=30)
     await supervisor.start()
     await _succeeded(rt, "supervisor-down", ref)
+
+
+async def test_a_fence_whose_old_object_never_ends_escalates_stop_overdue_once(
+    make_runtime: MakeRuntime,
+) -> None:
+    """Issue 15, item 5: "A fence whose old object never ends: one stop-overdue escalation
+    after the deadline, delivered once, gate still closed." The old execution ignores
+    SIGTERM and the kill wait is an hour, so the local scheduler shows it stopping long
+    after dispatch fenced it; the notifier (a real webhook) delivers the escalation once."""
+    rt = await make_runtime(node_loss_window_s=2.0, kill_wait_s=3600.0)
+    receiver = Receiver()
+    await receiver.start()
+    stop = asyncio.Event()
+    cfg = msgspec.convert(
+        {
+            "nats_url": rt.nats_url,
+            "namespace": rt.layout.namespace,
+            "http_port": 0,
+            "webhook_url": receiver.url("/hook"),
+            "retry_base_s": 0.2,
+            "retry_max_s": 1.0,
+        },
+        NotifierConfig,
+    )
+    notifier = asyncio.create_task(notifier_run(cfg, stop, registry=CollectorRegistry()))
+    try:
+        await rt.observer()
+        await rt.supervisor()
+        policy = RecoveryPolicy(
+            rules=(RecoveryRule(on=(CauseKind.NODE_LOST,), action=Action.RESUBMIT, budget=1),)
+        )
+        command = until_flag(
+            "if [ \"$DISPATCH_SUBMISSION\" = 1 ]; then trap '' TERM; "
+            "while :; do sleep 0.2; done; fi;"
+        )
+        await rt.submit("stuck", rt.spec(command, stop_overdue_s=4.0), policy)
+        old = await _running_first(rt, "stuck")
+        await rt.node_lost(old)
+        escalation_id = f"stop-overdue:{old.id}"
+
+        def delivered(job: Job) -> None:
+            escalation = job.escalation(escalation_id)
+            assert escalation is not None, job.escalations
+            assert escalation.delivered is not None, escalation
+
+        job = await rt.wait_job("stuck", delivered, timeout_s=90)
+        assert [r.esc_id for r in receiver.accepted("/hook")].count(escalation_id) == 1
+        assert [r.esc_id for r in receiver.requests].count(escalation_id) == 1
+        body = next(r.json for r in receiver.requests if r.esc_id == escalation_id)
+        assert body["severity"] == "critical"
+        assert str(old) in body["detail"]
+        ids = [e.id for e in job.escalations]
+        assert ids.count(escalation_id) == 1, ids
+        # The replacement was launched, and its gate is still closed: the old object lives.
+        (replacement,) = [o for o in job.objects if o.submission == 2]
+        assert replacement.gate_opened_at is None, replacement
+        shown = {o.ref: o for o in (await rt.objects())["stuck"]}
+        assert shown[old].alive, shown[old]
+        assert shown[replacement.ref].gate is GateState.CLOSED, shown[replacement.ref]
+        events = await rt.events("stuck")
+        assert not [e for e in events if isinstance(e, GateOpened) and e.ref != old]
+    finally:
+        stop.set()
+        await asyncio.wait_for(notifier, 30)
+        await receiver.stop()
+
+
+async def _running_first(rt: Runtime, job_id: str) -> ObjectRef:
+    def running(status: Status) -> None:
+        assert status.state is State.RUNNING, status
+        assert status.submission == 1, status
+
+    await rt.wait_status(job_id, running)
+    job = await rt.job(job_id)
+    (record,) = job.objects
+    env = await rt.execution_env(record.ref)
+    assert env["DISPATCH_SUBMISSION"] == "1"
+    return record.ref
