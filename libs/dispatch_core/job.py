@@ -164,7 +164,7 @@ class Escalation(msgspec.Struct, frozen=True, kw_only=True):
     Attributes:
         id: unique per job; its prefix says what happened (``overdue:``, ``all-unknown:``,
             ``unmatched:``, ``foreign:``, ``admin-held:``, ``failed:``, ``refused:``,
-            ``cleanup-deadline``, ``give-up``).
+            ``cleanup-deadline``, ``stop-overdue:``, ``give-up``).
         at: when it was committed.
         detail: the sentence for the person.
         delivered: when a channel accepted it, or ``None``.
