@@ -126,7 +126,7 @@ async def test_a_job_that_completes_while_the_observer_is_cut_off_succeeds(
     scheduler again, the job is ``succeeded``."""
     rt = await make_runtime(retain_ended_s=ARCHIVE_S)
     way = CutOff(rt.backend)
-    await rt.observer(backend=way)  # type: ignore[arg-type]
+    await rt.observer(backend=way)
     await rt.supervisor()
     ref = await _running(rt, "cut-off")
     way.cut = True

@@ -251,6 +251,11 @@ class Supervisor:
         self.record = Record(events[0])  # type: ignore[arg-type]
         self.passes: list[Pass] = []
         self.snapshot: Snapshot | None = None
+        # What the observer keeps across polls (issue 15, "gone is not ended"): the objects
+        # it last saw alive (expected), the ends it showed, the objects that vanished.
+        self._expected: set[ObjectRef] = set()
+        self._ended: dict[ObjectRef, ObservedObject] = {}
+        self._vanished: list[ObjectRef] = []
 
     @property
     def job(self) -> Job:
@@ -272,12 +277,18 @@ class Supervisor:
 
     async def step(self) -> Pass:
         """One pass (see the class docstring); returns it."""
-        self.snapshot = await self.harness.discover()
+        self.snapshot = await self.harness.discover(expected=self._expected)
+        shown = self.snapshot.objects.get(self.job_id, ())
+        listed = {o.ref for o in shown}
+        self._ended.update((o.ref, o) for o in shown if not o.alive)
+        self._vanished += [r for r in self.snapshot.vanished if r not in self._vanished]
+        self._expected = {o.ref for o in shown if o.alive and not o.foreign}
         discovery = Discovery(
             cluster=self.snapshot.cluster,
             job_id=self.job_id,
             seen_at=self.snapshot.seen_at,
-            objects=self.snapshot.objects.get(self.job_id, ()),
+            objects=(*shown, *(o for r, o in self._ended.items() if r not in listed)),
+            vanished=tuple(r for r in self._vanished if r not in listed),
         )
         now = datetime.now(UTC)
         the_pass = next_steps(self.job, discovery, self.declarations, now)
