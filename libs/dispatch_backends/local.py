@@ -153,7 +153,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, NoReturn, TypeVar
@@ -858,6 +858,31 @@ class _Store:
             found.setdefault(job_id, []).append(observed)
         return {job: tuple(objs) for job, objs in found.items()}
 
+    def look_up_archived(
+        self, cluster: str, refs: Sequence[ObjectRef], now: datetime
+    ) -> tuple[list[tuple[str, ObservedObject]], tuple[ObjectRef, ...]]:
+        """Look ``refs`` (no longer in ``objects/``) up in the archive: return ``(job id,
+        what it shows)`` of each found (ended, with its cause), and the refs found nowhere.
+
+        An object the scan didn't list may also have been archived by another process
+        between the scan and this look-up, or still be in ``objects/`` unreadable for now:
+        both are looked for before a ref is called vanished.
+        """
+        found: list[tuple[str, ObservedObject]] = []
+        vanished: list[ObjectRef] = []
+        for ref in refs:
+            path = self.find(ref.id, archived=True)
+            seen = None if path is None else self.observe(cluster, ref.id, path, now)
+            if path is not None and path.parent == self.archive:
+                self._files.pop(ref.id, None)  # archived objects are read, not cached
+            if seen is None:
+                if path is None:
+                    vanished.append(ref)
+                continue
+            job_id, observed, _ended_at = seen
+            found.append((job_id, observed))
+        return found, tuple(vanished)
+
     def _archive(self, object_id: str, path: Path) -> None:
         with contextlib.suppress(FileNotFoundError, FileExistsError, OSError):
             path.rename(self.archive / object_id)
@@ -1313,22 +1338,34 @@ class LocalBackend:
             self._store.request_end(ref.id, path, marker)
         log.info("local.object.stopping", extra={"object_id": ref.id, "how": call})
 
-    async def discover(self) -> Snapshot:
+    async def discover(self, expected: Collection[ObjectRef] = ()) -> Snapshot:
         """Return every object of the data directory, from one directory scan.
+
+        Each ``expected`` object the scan no longer lists (archived past ``retain_ended_s``)
+        is looked up in ``<data dir>/archive/`` and shown ended with its real cause; one
+        found nowhere (its directory removed by hand) is listed in ``Snapshot.vanished``
+        (issue 15, "gone is not ended").
 
         Raises:
             Unreachable: the data directory can't be read, or an injected fault.
         """
-        return await asyncio.to_thread(self._discover)
+        return await asyncio.to_thread(self._discover, tuple(expected))
 
-    def _discover(self) -> Snapshot:
+    def _discover(self, expected: tuple[ObjectRef, ...] = ()) -> Snapshot:
         self._store.take_fault(self._cluster, "discover")
         now = _utcnow()
         try:
             objects = self._store.scan(self._cluster, now, self._retain_ended_s)
+            listed = {obs.ref for objs in objects.values() for obs in objs}
+            missing = [r for r in expected if r.cluster == self._cluster and r not in listed]
+            found, vanished = self._store.look_up_archived(self._cluster, missing, now)
         except OSError as err:
             raise Unreachable(self._cluster, f"cannot read {self._store.objects}: {err}") from err
-        return Snapshot(cluster=self._cluster, seen_at=now, objects=objects, calls=1)
+        for job_id, obs in found:
+            objects[job_id] = (*objects.get(job_id, ()), obs)
+        return Snapshot(
+            cluster=self._cluster, seen_at=now, objects=objects, calls=1, vanished=vanished
+        )
 
     async def cessation(self, ref: ObjectRef, nodes: tuple[str, ...]) -> CessationAnswer:
         """Answer whether ``ref``'s processes are gone: ceased iff no process of its process

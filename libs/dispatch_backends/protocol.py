@@ -12,7 +12,7 @@ metadata). An object named for a job whose N and a can't be read is reported wit
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import ClassVar, Protocol, runtime_checkable
 
 import msgspec
@@ -75,14 +75,20 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     Attributes:
         cluster: the cluster asked.
         seen_at: when it was asked.
-        objects: job id -> the objects named for that job (own and foreign).
+        objects: job id -> the objects named for that job (own and foreign), including each
+            expected object the scheduler no longer lists live that the backend found ended
+            where the scheduler keeps ends (with its real cause).
         calls: the number of scheduler calls the query took (constant as jobs grow).
+        vanished: expected objects the scheduler has no word for at all: neither listed nor
+            found where it keeps ends (issue 15, "gone is not ended"). Only these may be
+            recorded ended ``unknown``; an object absent from a snapshot proves nothing.
     """
 
     cluster: str
     seen_at: UtcDatetime
     objects: Mapping[str, tuple[ObservedObject, ...]]
     calls: int = 1
+    vanished: tuple[ObjectRef, ...] = ()
 
 
 class CessationAnswer(msgspec.Struct, frozen=True, kw_only=True):
@@ -133,9 +139,23 @@ class Backend(Protocol):
         Stopping an object that already ended is not an error."""
         ...
 
-    async def discover(self) -> Snapshot:
+    async def discover(self, expected: Collection[ObjectRef] = ()) -> Snapshot:
         """Return every object of dispatch's on the cluster, in one batched query (never one
-        call per job)."""
+        call per job).
+
+        Args:
+            expected: objects the caller (the observer) last saw alive on this cluster. For
+                each one the scheduler no longer lists live, the backend looks it up where
+                the scheduler keeps ends, in the same poll and batched (Slurm: accounting;
+                local: its archive; Kubeflow: the TrainJob's last terminal condition it
+                kept), and reports it as an ended object with its real cause; only one the
+                scheduler has no word for is listed in ``Snapshot.vanished``. Refs of
+                another cluster are ignored.
+
+        Raises:
+            Unreachable: the scheduler (or where it keeps ends) could not be asked: no
+                snapshot, so nothing is ended.
+        """
         ...
 
 

@@ -15,7 +15,8 @@ supervisor  one replica, ``SUPERVISOR_DELIVER=notifier``
 notifier    the notifier; with no channel configured it writes each escalation to the
             terminal channel, i.e. its log and ``<data>/escalations.log``, which ``up``
             prints as it grows (set ``NOTIFIER_WEBHOOK_URL``, ``NOTIFIER_SLACK_URL`` or
-            ``NOTIFIER_SMTP_*`` before ``dispatch up`` to deliver elsewhere)
+            ``NOTIFIER_SMTP_*`` before ``dispatch up`` to deliver elsewhere); held
+            notices on (``NOTIFIER_HELD_NOTICES``: a job held tells the channels at once)
 api         the HTTP API on ``127.0.0.1:<port>`` with ``<data>/tokens.toml``
 ==========  =============================================================================
 
@@ -674,6 +675,9 @@ class Embedded:
                     "HTTP_PORT": str(health["notifier"]),
                     "LOG_FILE": str(self.escalations_log),
                     "API_URL": self.api_url,
+                    # Tell whoever runs `up` at once when a job waits for them (issue 15);
+                    # NOTIFIER_HELD_NOTICES=false in up's environment turns it off.
+                    "HELD_NOTICES": self.base_env.get("NOTIFIER_HELD_NOTICES", "true"),
                 },
                 "notifier (escalations to "
                 + (

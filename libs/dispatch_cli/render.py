@@ -286,6 +286,12 @@ def answer_hint(
             return f"to run it again: dispatch supersede {job_id} {r}"
         case "cleanup-deadline":
             return f"stop what is left on the scheduler, or: dispatch emergency-stop {job_id} {r}"
+        case "stop-overdue":
+            target = f"{cluster or 'CLUSTER'}/{rest}"
+            return (
+                f"stop object {target} on the scheduler yourself (it ignores dispatch's stop), "
+                f"or: dispatch emergency-stop {job_id} {r}"
+            )
         case _:
             return "nothing to answer"
 

@@ -425,6 +425,7 @@ def _apply(acc: _Acc, seq: int, ev: JobEvent) -> None:
                 known,
                 stop_requested_at=ev.at,
                 stop_why=ev.why,
+                first_stop_requested_at=known.first_stop_requested_at or ev.at,
                 emergency_stop_at=ev.at if ev.emergency else known.emergency_stop_at,
             )
         case NodeLossObserved():

@@ -107,6 +107,8 @@ class ObjectRecord(msgspec.Struct, frozen=True, kw_only=True):
         duplicate: whether the object is a duplicate the record never launched (stopped
             with why ``duplicate``, or seen ended): its ends are recorded but never drive
             recovery; ``submission``/``attempt`` are then as read from it (0 when unknown).
+        first_stop_requested_at: the first time dispatch asked for it to stop (re-asks keep
+            it); ``stop-overdue:<object id>`` counts ``JobSpec.stop_overdue_s`` from it.
     """
 
     ref: ObjectRef
@@ -123,6 +125,7 @@ class ObjectRecord(msgspec.Struct, frozen=True, kw_only=True):
     cessation_asked_at: UtcDatetime | None = None
     ceased: bool | None = None
     duplicate: bool = False
+    first_stop_requested_at: UtcDatetime | None = None
 
 
 class Recovery(msgspec.Struct, frozen=True, kw_only=True):
@@ -164,7 +167,7 @@ class Escalation(msgspec.Struct, frozen=True, kw_only=True):
     Attributes:
         id: unique per job; its prefix says what happened (``overdue:``, ``all-unknown:``,
             ``unmatched:``, ``foreign:``, ``admin-held:``, ``failed:``, ``refused:``,
-            ``cleanup-deadline``, ``give-up``).
+            ``cleanup-deadline``, ``stop-overdue:``, ``give-up``).
         at: when it was committed.
         detail: the sentence for the person.
         delivered: when a channel accepted it, or ``None``.

@@ -86,7 +86,7 @@ from dispatch_core.steps import (
 )
 from dispatch_core.writers import WriterKind
 
-__all__ = ["GONE_DETAIL", "RESUME_INTERVAL_S", "STOP_INTERVAL_S", "next_steps"]
+__all__ = ["RESUME_INTERVAL_S", "STOP_INTERVAL_S", "VANISHED_DETAIL", "next_steps"]
 
 STOP_INTERVAL_S: Final = 60.0
 """Seconds between two asks to stop an object that is still alive (docs/core-semantics.md,
@@ -101,8 +101,12 @@ live supervisor answers well within it."""
 _RESUMED: Final = "started again (the backend finds the object if one was made)"
 """The words of the ``LaunchUnknown`` committed when a launch is started again."""
 
-GONE_DETAIL: Final = "object no longer shown by the scheduler"
-"""The detail of the cause recorded for an object the scheduler stopped showing."""
+VANISHED_DETAIL: Final = (
+    "the scheduler has no record of this object: it no longer lists it, and has no end of it "
+    "where it keeps ends"
+)
+"""The detail of the ``unknown`` end recorded for an object a Discovery lists as vanished
+(issue 15, "gone is not ended")."""
 
 _RUNNING: Final = frozenset({ObjectPhase.RUNNING, ObjectPhase.STOPPING})
 _RECOVERY_WHYS: Final = frozenset({"recovery", "ceased"})
@@ -291,6 +295,7 @@ def next_steps(
     _gates(p)
     _foreign(p)
     _stops(p)
+    _stop_overdue(p)
     _cleanup(p)
     deliver = _deliver(p)
     steps = (*p.commits, *p.stops, *p.gates, *p.launches, *p.asks, *deliver)
@@ -413,55 +418,46 @@ def _new_endings(
         if obs.phase is ObjectPhase.ENDED and obs.restarts not in ended:
             out.append((obs.restarts, _ended_cause(obs)))
         return out
-    restart = _gone_restart(p, record)
+    restart = _vanished_restart(p, record)
     if restart is not None:
         if record.stop_requested_at is not None:
             cause = Cause(
                 kind=CauseKind.CANCELLED,
                 provenance=Provenance.ACTOR,
                 actor=SUPERVISOR,
-                detail=f"{GONE_DETAIL} after dispatch asked it to stop ({record.stop_why})",
+                detail=f"{VANISHED_DETAIL}; dispatch had asked it to stop ({record.stop_why})",
                 at=p.now,
             )
         else:
             cause = Cause(
-                kind=CauseKind.UNKNOWN, provenance=Provenance.SCHEDULER, detail=GONE_DETAIL
+                kind=CauseKind.UNKNOWN, provenance=Provenance.SCHEDULER, detail=VANISHED_DETAIL
             )
         out.append((restart, cause))
     return out
 
 
-def _gone_restart(p: _Pass, record: ObjectRecord) -> int | None:
-    """R of the execution of ``record`` to record ended because the scheduler no longer
-    shows the object, or ``None`` when it isn't gone (or its end is already recorded).
+def _vanished_restart(p: _Pass, record: ObjectRecord) -> int | None:
+    """R of the execution of ``record`` to record ended because the Discovery of its cluster
+    lists it as vanished, or ``None`` when it isn't (or its end is already recorded).
 
-    A Discovery taken before the object could show proves nothing (an observer republishes
-    only on change): the object is gone only if the discovery of its cluster was seen after
-    the latest time the record knew the object visible (its gate opened, its node loss seen,
-    a stop asked), or, when it never did, at least the unresolved age after its launch was
-    intended (the age after which seed 002 treats a launch nobody can see as lost).
+    Gone is not ended (issue 15): an object merely absent from a Discovery proves nothing
+    (the Discovery may predate it, the observer may never have seen it, the scheduler may
+    keep its end elsewhere), so only an object the observer saw alive and the scheduler then
+    had no word for in a full reachable poll (``Discovery.vanished``) is ended here; every
+    other end comes from what the backend shows (its accounting, archive, or the observer's
+    memory of the object's end).
 
     Its execution R is 0 (or the one that lost its node) when none ended yet; for the
     current submission's object whose earlier executions each lived on (native
     recoveries), the next R.
     """
     discovery = p.discovery
-    if discovery is None or record.ref.cluster != discovery.cluster or record.fenced:
-        return None
-    if record.ended:
-        primary = p.primary()
-        if primary is None or primary.ref != record.ref:
-            return None  # its end is recorded, and it drives nothing any more
-    visible = [
-        t
-        for t in (record.gate_opened_at, record.node_loss_since, record.stop_requested_at)
-        if t is not None
-    ]
-    if not visible:
-        attempt = _attempt(p.job, record.submission, record.attempt)
-        if attempt is not None:
-            visible.append(attempt.intended_at + timedelta(seconds=p.job.spec.unresolved_age_s))
-    if not visible or discovery.seen_at <= max(visible):
+    if (
+        discovery is None
+        or record.ref.cluster != discovery.cluster
+        or record.fenced
+        or record.ref not in discovery.vanished
+    ):
         return None
     if not record.ended:
         return record.node_loss_restart or 0
@@ -515,8 +511,8 @@ def _resume_decision(p: _Pass) -> None:
     if primary is None or not primary.ended or not p.decidable():
         return
     obs = p.own.get(primary.ref)
-    # Only an end the scheduler shows (or the fence made) is resumed here; an object that is
-    # gone gets its end recorded, and decided, by the gone rule.
+    # Only an end the scheduler shows (or the fence made) is resumed here; an object that
+    # vanished gets its end recorded, and decided, by the vanished rule.
     if not primary.fenced and (obs is None or obs.alive or obs.restarts not in primary.ended):
         return
     cause = obs.cause if obs is not None and obs.cause is not None else p.job.ended_cause
@@ -1200,7 +1196,28 @@ def _gates(p: _Pass) -> None:
         return
     if any(other.alive for ref, other in p.own.items() if ref != primary.ref):
         return
+    if _unconfirmed_others(p, primary.ref):
+        return
     p.gates.append(OpenGate(key=p.key("open-gate", primary.ref), ref=primary.ref))
+
+
+def _unconfirmed_others(p: _Pass, primary: ObjectRef) -> list[ObjectRef]:
+    """Other objects of the job on the discovery's cluster whose end the scheduler hasn't
+    confirmed: absent from the discovery (neither shown nor listed vanished) while the record
+    doesn't hold their end, or holds only the fence's (the scheduler never said). Gone is not
+    ended (issue 15): such an object may still run, so a replacement's gate stays closed."""
+    discovery = p.discovery
+    if discovery is None:
+        return []
+    return [
+        record.ref
+        for record in p.job.objects
+        if record.ref != primary
+        and record.ref.cluster == discovery.cluster
+        and record.ref not in p.own
+        and record.ref not in discovery.vanished
+        and (record.fenced or not record.ended)
+    ]
 
 
 # -- 9. foreign objects -----------------------------------------------------------------------
@@ -1265,6 +1282,63 @@ def _stops(p: _Pass) -> None:
             p.wake(asked + timedelta(seconds=STOP_INTERVAL_S))
 
 
+# -- 10b. stops that don't end -----------------------------------------------------------------
+
+
+def _stop_overdue(p: _Pass) -> None:
+    """Escalate, once per object, a stop the scheduler hasn't carried out by the deadline.
+
+    Issue 15, item 5 ("a fence that never completes waits silently"): an object dispatch
+    asked to stop (fence, duplicate, outcome, cancel, recovery) that the scheduler still
+    doesn't show ended ``spec.stop_overdue_s`` after the first ask (pods that can't be
+    force-deleted, a Slurm job stuck ``COMPLETING``) raises ``stop-overdue:<object id>``.
+    Nothing else changes: the stop is still asked every ``STOP_INTERVAL_S`` and a
+    replacement's gate stays closed (:func:`_gates`) until the scheduler shows the object
+    ended, or has no record of it (listed vanished).
+    """
+    deadline = timedelta(seconds=p.job.spec.stop_overdue_s)
+    for record in p.job.objects:
+        first = record.first_stop_requested_at
+        if first is None or not _stop_unconfirmed(p, record):
+            continue
+        escalation_id = f"stop-overdue:{record.ref.id}"
+        if p.job.escalation(escalation_id) is not None:
+            continue
+        due = first + deadline
+        if p.now < due:
+            p.wake(due)
+            continue
+        obs = p.own.get(record.ref)
+        shown = (
+            "the scheduler doesn't show it any more and has said nothing of its end"
+            if obs is None
+            else f"the scheduler still shows it {obs.phase}"
+        )
+        p.escalate(
+            escalation_id,
+            f"object {record.ref} (submission {record.submission}) was asked to stop "
+            f"({record.stop_why}) at {_iso(first)}, and {p.job.spec.stop_overdue_s:.0f} s on "
+            f"{shown}; dispatch keeps asking every {STOP_INTERVAL_S:.0f} s and keeps any "
+            "replacement's gate closed until it ends: stop it on the scheduler yourself, or "
+            "emergency-stop the job",
+        )
+
+
+def _stop_unconfirmed(p: _Pass, record: ObjectRecord) -> bool:
+    """Whether a stopped object's end is not confirmed by the scheduler: shown alive; or
+    absent from the discovery (not listed vanished) with no end recorded, or only the
+    fence's. With no discovery nothing is known, so nothing is escalated."""
+    discovery = p.discovery
+    if discovery is None or record.ref.cluster != discovery.cluster:
+        return False
+    obs = p.own.get(record.ref)
+    if obs is not None:
+        return obs.alive
+    if record.ref in discovery.vanished:
+        return False
+    return record.fenced or not record.ended
+
+
 # -- 11. clean-up -----------------------------------------------------------------------------
 
 
@@ -1287,6 +1361,7 @@ def _cleanup(p: _Pass) -> None:
         p.wake(due)
         return
     alive = [str(o.ref) for o in p.own.values() if o.alive]
+    unconfirmed = _unshown_unended(p)
     unknown = [
         f"{a.submission}/{a.attempt}"
         for s in job.submissions
@@ -1299,6 +1374,7 @@ def _cleanup(p: _Pass) -> None:
         f"{what}: {', '.join(items)}"
         for what, items in (
             ("objects still alive", alive),
+            ("objects the scheduler no longer shows, their end not known", unconfirmed),
             ("launches with an unknown outcome", unknown),
             ("foreign objects", foreign),
         )
@@ -1311,6 +1387,22 @@ def _cleanup(p: _Pass) -> None:
         f"the job's outcome is {job.outcome} since {_iso(job.outcome_at)} but it has not "
         f"settled {job.spec.cleanup_deadline_s:.0f} s after {_iso(start)}: " + "; ".join(parts),
     )
+
+
+def _unshown_unended(p: _Pass) -> list[str]:
+    """Objects the record holds, not ended, that the discovery neither shows nor lists as
+    vanished: gone is not ended (issue 15), so they keep the job from settling."""
+    discovery = p.discovery
+    if discovery is None:
+        return []
+    return [
+        str(r.ref)
+        for r in p.job.objects
+        if not r.ended
+        and r.ref.cluster == discovery.cluster
+        and r.ref not in p.own
+        and r.ref not in discovery.vanished
+    ]
 
 
 # -- 12. delivery -----------------------------------------------------------------------------

@@ -115,17 +115,30 @@ MAX_LAUNCH_ATTEMPTS: Final = 1000
 
 
 def validate_spec(spec: JobSpec) -> None:
-    """Refuse a spec whose limits the planner can't work with.
+    """Refuse a spec the planner can't work with, or that no runner could start.
 
-    ``unresolved_age_s`` and ``cleanup_deadline_s`` must be positive, finite numbers of
-    seconds of at most ``MAX_HOLD_FOR_S`` (the planner adds them to times, and a deadline past
-    the year 9999 can't be computed); ``max_launch_attempts`` must be in
+    ``unresolved_age_s``, ``cleanup_deadline_s`` and ``stop_overdue_s`` must be positive,
+    finite numbers of seconds of at most ``MAX_HOLD_FOR_S`` (the planner adds them to times,
+    and a deadline past the year 9999 can't be computed); ``max_launch_attempts`` must be in
     1..``MAX_LAUNCH_ATTEMPTS``.
 
+    Refused at the door (issue 15, item 7), because every backend would take the job and its
+    runner die on it at launch (``execve`` refuses a NUL byte in an argument, an environment
+    entry or a path, and reads an environment entry ``KEY=VALUE`` up to the first ``=``):
+
+    * a spec with both ``command`` and ``script`` (which one would run?);
+    * a NUL byte in an element of ``command``, in ``script``, in an environment key or
+      value, or in an option's name or value (``options.chdir`` among them);
+    * an environment key that is empty or contains ``=``.
+
+    ``=`` stays legal where a program or path takes it: in ``command`` (``--lr=0.1``), in an
+    environment value, and in ``options.chdir`` (``/data/run=3`` is a valid path).
+
     Raises:
-        InvalidSpec: naming the field and why.
+        InvalidSpec: naming the field (``command``, ``script``, ``env``, ``options.<name>``,
+            a duration, ``max_launch_attempts``) and why.
     """
-    for name in ("unresolved_age_s", "cleanup_deadline_s"):
+    for name in ("unresolved_age_s", "cleanup_deadline_s", "stop_overdue_s"):
         value = float(getattr(spec, name))
         if not (math.isfinite(value) and 0 < value <= MAX_HOLD_FOR_S):
             raise InvalidSpec(
@@ -137,6 +150,40 @@ def validate_spec(spec: JobSpec) -> None:
             "max_launch_attempts",
             f"{spec.max_launch_attempts} is not in 1..{MAX_LAUNCH_ATTEMPTS}",
         )
+    _validate_runnable(spec)
+
+
+_NUL: Final = "\0"
+
+
+def _validate_runnable(spec: JobSpec) -> None:
+    """Refuse what no runner can start (see :func:`validate_spec`)."""
+    if spec.command and spec.script:
+        raise InvalidSpec(
+            "script",
+            "the spec has both a command and a script; give exactly one (which would run?)",
+        )
+    for i, arg in enumerate(spec.command):
+        if _NUL in arg:
+            raise InvalidSpec(
+                "command", f"argument {i} ({arg!r}) has a NUL byte, which no program can get"
+            )
+    if _NUL in spec.script:
+        raise InvalidSpec("script", "the script has a NUL byte")
+    for key, value in spec.env.items():
+        if not key or "=" in key or _NUL in key:
+            raise InvalidSpec(
+                "env",
+                f"{key!r} is not an environment variable name: a name is not empty and has "
+                "no '=' and no NUL byte",
+            )
+        if _NUL in value:
+            raise InvalidSpec("env", f"the value of {key} has a NUL byte")
+    for key, value in spec.options.items():
+        if _NUL in key:
+            raise InvalidSpec("options", f"option name {key!r} has a NUL byte")
+        if _NUL in value:
+            raise InvalidSpec(f"options.{key}", f"{value!r} has a NUL byte")
 
 
 def make_plan(spec: JobSpec, policy: RecoveryPolicy, declarations: Declarations) -> Plan:

@@ -204,9 +204,10 @@ def settled(job: Job, discovery: Discovery | None) -> bool:
     """Whether the job has an outcome and nothing of it can still act (DESIGN.md section 3).
 
     Nothing can act when: no object of the job is alive in ``discovery`` (own, duplicate or
-    foreign, unless the foreign one was abandoned), every object the record holds is either
-    shown by ``discovery`` or recorded ended (an object missing from a discovery taken before
-    it could show is not proven gone), and no launch attempt's outcome is unknown. With no
+    foreign, unless the foreign one was abandoned), every object the record holds is shown
+    by ``discovery``, listed vanished, or recorded ended by the scheduler's word (not only
+    the fence's): an object merely missing from a discovery is not proven gone (issue 15),
+    and no launch attempt's outcome is unknown. With no
     discovery, only a job whose record knows of no object can be settled: nobody has looked
     at the others.
 
@@ -228,12 +229,17 @@ def settled(job: Job, discovery: Discovery | None) -> bool:
     abandoned = {t.foreign for t in job.abandoned if t.foreign is not None}
     if any(obj.alive and not (obj.foreign and obj.ref in abandoned) for obj in discovery.objects):
         return False
-    # An object the record launched and doesn't hold ended, which this discovery doesn't
-    # show: a discovery taken before the object could show proves nothing (the observer
-    # republishes only on change); the planner records it gone once one does.
+    # Gone is not ended (issue 15): an object the record launched that this discovery
+    # doesn't show is done only when the record holds its end as the scheduler reported it,
+    # or the discovery lists it vanished (the planner then records its end). Absence proves
+    # nothing: the discovery may predate the object, and an execution the fence ended may
+    # still run until the scheduler says otherwise.
     shown = {obj.ref for obj in discovery.objects}
     return all(
-        record.ended or record.ref in shown or record.ref.cluster != discovery.cluster
+        record.ref in shown
+        or record.ref in discovery.vanished
+        or (record.ended and not record.fenced)
+        or record.ref.cluster != discovery.cluster
         for record in job.objects
     )
 

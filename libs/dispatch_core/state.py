@@ -281,20 +281,31 @@ class ObservedObject(msgspec.Struct, frozen=True, kw_only=True):
 class Discovery(msgspec.Struct, frozen=True, kw_only=True):
     """What one backend shows now of one job's objects (DESIGN.md section 3).
 
-    An object absent from a Discovery is one the scheduler no longer shows: gone, which
-    counts as ended. A scheduler that couldn't be reached produces no Discovery at all.
+    Gone is not ended (issue 15): an object the scheduler stops listing is looked up where
+    the scheduler keeps ends (Slurm's accounting, the local archive, the TrainJob's last
+    terminal condition) and shown ended with its real cause; the observer keeps showing an
+    object it last saw ended after the scheduler forgets it, so a reader of only the latest
+    Discovery still sees the end. Only an object the scheduler has no word for at all, after
+    a full reachable poll since it was last seen alive, is listed in ``vanished``; the core
+    records an ``unknown`` end for it. An object merely absent from a Discovery (one taken
+    before the object could show, or one the observer never saw) proves nothing and is never
+    ended for that. A scheduler that couldn't be reached produces no Discovery at all.
 
     Attributes:
         cluster: the cluster that was asked.
         job_id: the job the objects are named for.
         seen_at: when the backend was asked.
-        objects: every object named for the job, dispatch's own and foreign ones.
+        objects: every object named for the job, dispatch's own and foreign ones, including
+            those shown ended (by the scheduler, its accounting, or the observer's memory).
+        vanished: objects of the job the observer saw alive and the scheduler no longer has
+            any record of (neither listed live nor found where it keeps ends).
     """
 
     cluster: str
     job_id: str
     seen_at: UtcDatetime
     objects: tuple[ObservedObject, ...] = ()
+    vanished: tuple[ObjectRef, ...] = ()
 
 
 class Action(enum.StrEnum):
@@ -385,6 +396,10 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
             escalates ``cleanup-deadline`` (seed 002, default 30 minutes).
         max_launch_attempts: launch attempts per submission before ``refused:<N>``.
         on_unknown_launch: see :class:`UnknownLaunchPolicy`.
+        stop_overdue_s: seconds after dispatch first asked an object to stop before, if the
+            scheduler still doesn't show it ended, ``stop-overdue:<object id>`` is escalated
+            (issue 15; default 30 minutes). The stop is asked again meanwhile, and a
+            replacement's gate stays closed whatever this says.
     """
 
     cluster: str
@@ -398,6 +413,7 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     cleanup_deadline_s: float = 1800.0
     max_launch_attempts: int = 3
     on_unknown_launch: UnknownLaunchPolicy = UnknownLaunchPolicy.WAIT
+    stop_overdue_s: float = 1800.0
 
     @property
     def shared_checkpoint(self) -> bool:

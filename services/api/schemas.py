@@ -88,6 +88,7 @@ HoldFor = Annotated[float, msgspec.Meta(gt=0, le=MAX_HOLD_FOR_S)]
 SPEC_LIMITS: Final[dict[str, tuple[float, float]]] = {
     "unresolved_age_s": (0.0, MAX_HOLD_FOR_S),
     "cleanup_deadline_s": (0.0, MAX_HOLD_FOR_S),
+    "stop_overdue_s": (0.0, MAX_HOLD_FOR_S),
 }
 """Durations of a ``JobSpec`` the core accepts (``validate_spec``): greater than the first
 bound, at most the second; shown in the OpenAPI document."""
@@ -347,7 +348,7 @@ class EscalationView(msgspec.Struct, frozen=True, kw_only=True):
         job_id: the job.
         id: unique per job; its prefix says what happened (``overdue:``, ``all-unknown:``,
             ``unmatched:``, ``foreign:``, ``admin-held:``, ``failed:``, ``refused:``,
-            ``cleanup-deadline``, ``give-up``).
+            ``cleanup-deadline``, ``stop-overdue:``, ``give-up``).
         at: when it was committed.
         detail: the sentence for the person.
         delivered: when a channel accepted it; ``null`` while undelivered.

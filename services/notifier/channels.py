@@ -80,8 +80,23 @@ _HINTS: Final[tuple[tuple[str, str], ...]] = (
         "The job has an outcome but hasn't settled. Stop what is still alive on the "
         "scheduler, or emergency-stop it.",
     ),
+    (
+        "stop-overdue:",
+        "dispatch asked an object to stop and the scheduler still doesn't show it ended; a "
+        "replacement's gate stays closed meanwhile. Stop it on the scheduler yourself, or "
+        "emergency-stop the job.",
+    ),
     ("give-up", "Someone gave the job up. Nothing to answer."),
+    (
+        "held:",
+        "The job is held and waits for a person (a notice, not an escalation). A person's "
+        "hold: release it. A recovery hold: resubmit, cancel or give up.",
+    ),
 )
+
+
+NoticeKind = Literal["escalation", "notice"]
+"""What a :class:`Notice` carries: an escalation of the record, or a notice that is not one."""
 
 
 class Notice(msgspec.Struct, frozen=True, kw_only=True):
@@ -96,6 +111,9 @@ class Notice(msgspec.Struct, frozen=True, kw_only=True):
     severity: Severity
     link: str | None = None
     """The job in dispatch's API, when its URL is configured."""
+    kind: NoticeKind = "escalation"
+    """``escalation`` (in the record, answered by its id) or ``notice`` (a status change the
+    on-call is told of, e.g. ``held:<instance>``; nothing is recorded)."""
 
     @property
     def key(self) -> str:
@@ -126,6 +144,8 @@ class WebhookBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     severity: Severity
     key: str
     link: str | None = None
+    kind: NoticeKind = "escalation"
+    """Omitted for an escalation; ``notice`` for a notice that is not one (``held:*``)."""
 
 
 class Channel(Protocol):
@@ -231,6 +251,7 @@ class WebhookChannel:
                 severity=notice.severity,
                 key=notice.key,
                 link=notice.link,
+                kind=notice.kind,
             )
         )
 

@@ -119,6 +119,10 @@ class NotifierConfig(NatsSettings, frozen=True, kw_only=True, forbid_unknown_fie
     ``@warning=slack`` (by severity), ``*=webhook``."""
     routes_file: str = ""
     """Optional TOML or JSON file: more channels, routes, severities (:class:`RoutesFile`)."""
+    held_notices: bool = False
+    """Send a notice (id ``held:<instance>``, routed like an escalation) as soon as a job is
+    held (a recovery hold or a person's hold), so the on-call knows it waits for them; it is
+    not an escalation and nothing is recorded (``dispatch up`` turns it on)."""
 
 
 class WebhookSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True,

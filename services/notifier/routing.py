@@ -22,11 +22,13 @@ DEFAULT_SEVERITY: Final[tuple[tuple[str, Severity], ...]] = (
     ("failed:*", "critical"),
     ("refused:*", "critical"),
     ("cleanup-deadline", "critical"),
+    ("stop-overdue:*", "critical"),
     ("overdue:*", "warning"),
     ("all-unknown:*", "warning"),
     ("unmatched:*", "warning"),
     ("foreign:*", "warning"),
     ("admin-held:*", "warning"),
+    ("held:*", "warning"),
     ("give-up", "info"),
 )
 """Id glob -> severity, in order; an id that matches none is a ``warning``."""

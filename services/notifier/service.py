@@ -29,6 +29,15 @@ appended again on the new last seq (a fact stays true whatever was appended mean
 Delivery is at least once: a crash between a channel accepting and the record showing it
 delivered sends it again. Every notice carries ``<job>:<id>`` as its idempotency key so a
 receiver can drop such a copy; once the record shows it delivered, it is never sent again.
+
+Held notices (``held_notices``, issue 15 item 6): the event that placed a hold
+(``hold.placed``, a recovery hold or a person's) is the unit of work of a notice with id
+``held:<instance>``, routed like an escalation, sent at once so the on-call knows the job
+waits for them. It is not an escalation: nothing is appended to the record, and the message
+is acked once every channel accepted it (retried with the same backoff until then; at least
+once, the same idempotency key on every copy). A hold no longer in force when its message is
+handled (released, or the job has an outcome: e.g. a new consumer catching up from the
+stream's start) is not notified.
 """
 
 from __future__ import annotations
@@ -54,6 +63,9 @@ from dispatch_core import (
     Escalation,
     EscalationCommitted,
     EscalationDelivered,
+    Hold,
+    HoldKind,
+    HoldPlaced,
     Job,
     MalformedRecord,
     WriterKind,
@@ -347,8 +359,9 @@ class Notifier:
 
     # ------------------------------------------------------------ one message
 
-    async def _triage(self, d: Delivery) -> EscalationCommitted | None:
-        """Ack what isn't an escalation; return the escalation a message committed."""
+    async def _triage(self, d: Delivery) -> EscalationCommitted | HoldPlaced | None:
+        """Ack what isn't an escalation (or a hold, with ``held_notices``); return the
+        escalation a message committed, or the hold it placed."""
         try:
             event = decode_event(d.payload)
         except DecodeError as err:
@@ -360,21 +373,31 @@ class Notifier:
             return None
         if isinstance(event, EscalationCommitted):
             return event
+        if isinstance(event, HoldPlaced) and self._cfg.held_notices:
+            return event
         await d.ack()
         return None
 
     async def _handle(
-        self, d: Delivery, event: EscalationCommitted, slots: asyncio.Semaphore
+        self, d: Delivery, event: EscalationCommitted | HoldPlaced, slots: asyncio.Semaphore
     ) -> None:
         """Deliver the escalation ``d`` committed; ack when recorded, nak to retry.
 
         The message loop's boundary: every error is logged, counted, and turned into a nak
         with a delay, so nothing is lost.
         """
-        jlog = JobLogger(log, {"job_id": d.job_id, "escalation": event.id, "seq": d.seq})
+        what = event.id if isinstance(event, EscalationCommitted) else f"held:{event.instance}"
+        jlog = JobLogger(log, {"job_id": d.job_id, "escalation": what, "seq": d.seq})
         try:
             async with self._keepalive(d):
-                delay = await self.deliver(d.job_id, event.id, attempt=d.num_delivered, jlog=jlog)
+                if isinstance(event, EscalationCommitted):
+                    delay = await self.deliver(
+                        d.job_id, event.id, attempt=d.num_delivered, jlog=jlog
+                    )
+                else:
+                    delay = await self.notify_held(
+                        d.job_id, event.instance, attempt=d.num_delivered, jlog=jlog
+                    )
         except asyncio.CancelledError:
             await self._nak(d, None)  # shutting down: let another replica have it now
             raise
@@ -510,6 +533,62 @@ class Notifier:
         jlog.info("escalation.delivered", extra={"channels": list(names), "recorded_by": by})
         return None
 
+    async def notify_held(
+        self,
+        job_id: str,
+        instance: int,
+        *,
+        attempt: int,
+        jlog: logging.LoggerAdapter[logging.Logger],
+    ) -> float | None:
+        """Tell the channels routed for ``held:<instance>`` that the job waits for a person,
+        if hold ``instance`` is still in force (see the module docstring).
+
+        Returns:
+            None when done (every channel accepted it, or the hold no longer stands), else
+            the seconds to wait before trying again.
+
+        Raises:
+            DispatchError: the record can't be folded.
+            NatsStoreError: reading failed.
+        """
+        job = await self._fold(job_id)
+        hold = job.hold
+        notice_id = f"held:{instance}"
+        key = (job_id, notice_id)
+        if hold is None or hold.instance != instance or job.outcome is not None:
+            self._accepted.pop(key, None)
+            jlog.info("held.not_in_force", extra={"record_seq": job.seq})
+            return None
+        names = self._router.channels_for(notice_id)
+        link = f"{self._cfg.api_url.rstrip('/')}/v1/jobs/{job_id}" if self._cfg.api_url else None
+        notice = Notice(
+            job_id=job_id,
+            id=notice_id,
+            detail=_held_detail(job_id, hold),
+            at=hold.placed_at,
+            severity=self._router.severity_of(notice_id),
+            link=link,
+            kind="notice",
+        )
+        accepted = self._accepted.setdefault(key, set())
+        pending = [n for n in names if n not in accepted]
+        results = await asyncio.gather(*(self._attempt(n, notice, jlog) for n in pending))
+        failures = [f for f in results if f is not None]
+        accepted.update(n for n, f in zip(pending, results, strict=True) if f is None)
+        if failures:
+            delay = self._backoff.delay(attempt, self._jitter())
+            asked = max((f.retry_after_s or 0.0 for f in failures), default=0.0)
+            self._metrics.retries.inc()
+            jlog.warning(
+                "held.retry",
+                extra={"attempt": attempt, "failing": [f.channel for f in failures]},
+            )
+            return min(max(delay, asked), self._backoff.max_s)
+        self._accepted.pop(key, None)
+        jlog.info("held.notified", extra={"channels": list(names)})
+        return None
+
     def _done(self, key: tuple[str, str]) -> None:
         self._accepted.pop(key, None)
         self._undelivered.delivered(*key)
@@ -597,6 +676,27 @@ class Notifier:
         if prior is not None:
             return fold(events, self._clock(), prior=prior) if events else prior
         return fold(events, self._clock())
+
+
+def _held_detail(job_id: str, hold: Hold) -> str:
+    """What the on-call reads of a hold: whose, why, until when, and how to answer it."""
+    if hold.kind is HoldKind.RECOVERY:
+        ended = ""
+        if hold.cause is not None:
+            words = f" ({hold.cause.detail})" if hold.cause.detail else ""
+            ended = f" after an execution ended {hold.cause.kind}{words}"
+        what = f"held by a recovery rule{ended}: {hold.reason}"
+        answer = (
+            f"dispatch resubmit {job_id}, dispatch cancel {job_id} or dispatch give-up {job_id} "
+            "(release can't lift a recovery hold)"
+        )
+    else:
+        what = f"held by {hold.by.name}: {hold.reason}"
+        answer = f"dispatch release {job_id} (or cancel it)"
+    return (
+        f"job {job_id} is {what}; it waits for a person (overdue at "
+        f"{hold.deadline.isoformat()}). Answer: {answer}"
+    )
 
 
 def _find(job: Job, esc_id: str) -> Escalation | None:

@@ -1,13 +1,21 @@
 """The observer service: what one cluster's scheduler shows, published per job (docs/runtime.md,
 "Observer").
 
-Every ``poll_interval_s``: one ``backend.discover()`` (one batched query, never one per job)
-gives a Snapshot; for each job in it whose objects differ from the last Discovery published
-for it, a new Discovery goes to ``dispatch.discovery.<cluster>.<job>``; a job that had
-objects and now has none gets an empty Discovery. Comparing objects (not ``seen_at``) keeps
-the stream quiet while nothing changes, and a supervisor woken by a Discovery always finds
-something new in it. At start-up the last Discovery of each of the cluster's jobs is read
-back from the stream, so a restart publishes nothing twice and misses no disappearance.
+Every ``poll_interval_s``: one ``backend.discover(expected=...)`` (one batched query, never one
+per job) gives a Snapshot; for each job whose Discovery differs from the last one published
+for it, a new Discovery goes to ``dispatch.discovery.<cluster>.<job>``. Comparing objects (not
+``seen_at``) keeps the stream quiet while nothing changes, and a supervisor woken by a
+Discovery always finds something new in it.
+
+Gone is not ended (issue 15). ``expected`` is every own object the last published Discovery of
+each job shows alive: the backend looks each one the scheduler no longer lists up where the
+scheduler keeps ends (its real end, shown ended) or lists it vanished (no word of it). A
+job's Discovery keeps showing each object it last showed ended after the scheduler forgets it,
+and keeps listing each vanished one, so a supervisor that reads only the latest Discovery
+(after an outage of its own, however long) still finds every end. An object the backend
+neither lists nor accounts for is left out and never reported vanished: absence proves
+nothing. At start-up the last Discovery of each of the cluster's jobs is read back from the
+stream, so a restart publishes nothing twice and keeps expecting what it last saw alive.
 
 After each poll a heartbeat goes to ``dispatch.observer.<cluster>``: reachable, or
 unreachable with the error. An unreachable scheduler publishes no Discovery, so no job's
@@ -32,7 +40,7 @@ from prometheus_client import CollectorRegistry
 
 from dispatch_backends import Backend, BackendError, Unreachable, close_backend
 from dispatch_backends.config import load_clusters, make_backend, poll_interval_s
-from dispatch_core import Discovery, ObservedObject, decode, encode, is_job_id
+from dispatch_core import Discovery, ObjectRef, ObservedObject, decode, encode, is_job_id
 from dispatch_nats import LatestStore, Layout, NatsStoreError, StreamKind, ensure_streams
 from services.common.http import health_app, start_http
 from services.common.lifecycle import connect_nats, drain, run_until_stopped
@@ -108,12 +116,24 @@ class Observer:
         self._interval_s = poll_interval_s
         self._clock = clock
         self._last: dict[str, tuple[ObservedObject, ...]] = {}
+        self._vanished: dict[str, tuple[ObjectRef, ...]] = {}
         self._skipped: set[str] = set()
 
     @property
     def known(self) -> Mapping[str, tuple[ObservedObject, ...]]:
         """The objects of the last Discovery published for each job."""
         return self._last
+
+    @property
+    def expected(self) -> dict[ObjectRef, str]:
+        """Own objects the last published Discovery of each job shows alive, with their job:
+        what the next poll asks the backend to account for (issue 15)."""
+        return {
+            obj.ref: job_id
+            for job_id, objs in self._last.items()
+            for obj in objs
+            if obj.alive and not obj.foreign
+        }
 
     async def load(self) -> int:
         """Read back the last Discovery of each of the cluster's jobs; return how many.
@@ -126,14 +146,16 @@ class Observer:
         for entry in entries:
             discovery = decode(entry.payload, Discovery)
             self._last[discovery.job_id] = discovery.objects
+            self._vanished[discovery.job_id] = discovery.vanished
         log.info("observer.loaded", extra={"cluster": self._cluster, "jobs": len(self._last)})
         return len(entries)
 
     async def poll(self) -> PollResult:
         """Ask the backend once, publish what changed, and send a heartbeat."""
         started = time.monotonic()
+        expected = self.expected
         try:
-            snapshot = await self._backend.discover()
+            snapshot = await self._backend.discover(expected=tuple(expected))
         except Unreachable as err:
             result = PollResult(reachable=False, error=err.detail)
         except BackendError as err:
@@ -145,7 +167,14 @@ class Observer:
             log.exception("observer.discover_crashed", extra={"cluster": self._cluster})
             result = PollResult(reachable=False, error=f"{type(err).__name__}: {err}")
         else:
-            published, failed = await self._publish_changes(snapshot.seen_at, snapshot.objects)
+            vanished: dict[str, list[ObjectRef]] = {}
+            for ref in snapshot.vanished:
+                job_id = expected.get(ref)
+                if job_id is not None:
+                    vanished.setdefault(job_id, []).append(ref)
+            published, failed = await self._publish_changes(
+                snapshot.seen_at, snapshot.objects, vanished
+            )
             result = PollResult(
                 reachable=True,
                 published=published,
@@ -178,10 +207,14 @@ class Observer:
         return result
 
     async def _publish_changes(
-        self, seen_at: datetime, objects: Mapping[str, tuple[ObservedObject, ...]]
+        self,
+        seen_at: datetime,
+        objects: Mapping[str, tuple[ObservedObject, ...]],
+        vanished: Mapping[str, list[ObjectRef]],
     ) -> tuple[int, int]:
         changes: list[Discovery] = []
-        for job_id, objs in objects.items():
+        jobs: list[str] = []
+        for job_id in objects:
             if not is_job_id(job_id):
                 if job_id not in self._skipped:
                     self._skipped.add(job_id)
@@ -190,11 +223,22 @@ class Observer:
                         extra={"cluster": self._cluster, "job_id": job_id},
                     )
                 continue
-            if self._last.get(job_id) != objs:
-                changes.append(self._discovery(job_id, seen_at, objs))
-        for job_id, objs in self._last.items():
-            if objs and job_id not in objects:
-                changes.append(self._discovery(job_id, seen_at, ()))
+            jobs.append(job_id)
+        # A job the backend no longer lists changes only if it had a live object (now shown
+        # ended from the observer's memory, or left out) or one vanished.
+        jobs += [
+            j for j, objs in self._last.items() if j not in objects and any(o.alive for o in objs)
+        ]
+        jobs += [j for j in vanished if j not in objects]
+        for job_id in dict.fromkeys(jobs):
+            discovery = self._discovery(job_id, seen_at, objects.get(job_id, ()), vanished)
+            last = self._last.get(job_id, ())
+            last_vanished = self._vanished.get(job_id, ())
+            same = (discovery.objects, discovery.vanished) == (last, last_vanished)
+            if not same and _canonical(discovery.objects, discovery.vanished) != _canonical(
+                last, last_vanished
+            ):
+                changes.append(discovery)
         if not changes:
             return 0, 0
         slots = asyncio.Semaphore(_PUBLISH_CONCURRENCY)
@@ -203,9 +247,27 @@ class Observer:
         return published, len(results) - published
 
     def _discovery(
-        self, job_id: str, seen_at: datetime, objects: tuple[ObservedObject, ...]
+        self,
+        job_id: str,
+        seen_at: datetime,
+        shown: tuple[ObservedObject, ...],
+        vanished: Mapping[str, list[ObjectRef]],
     ) -> Discovery:
-        return Discovery(cluster=self._cluster, job_id=job_id, seen_at=seen_at, objects=objects)
+        """The job's Discovery: what the backend shows now, then each object the last one
+        showed ended that the backend no longer lists (its end is kept), and every object
+        ever listed vanished and not shown again."""
+        listed = {obj.ref for obj in shown}
+        kept = tuple(
+            obj for obj in self._last.get(job_id, ()) if not obj.alive and obj.ref not in listed
+        )
+        gone = dict.fromkeys((*self._vanished.get(job_id, ()), *vanished.get(job_id, ())))
+        return Discovery(
+            cluster=self._cluster,
+            job_id=job_id,
+            seen_at=seen_at,
+            objects=(*shown, *kept),
+            vanished=tuple(ref for ref in gone if ref not in listed),
+        )
 
     async def _put(self, discovery: Discovery, slots: asyncio.Semaphore) -> bool:
         async with slots:
@@ -219,6 +281,7 @@ class Observer:
                 )
                 return False
         self._last[discovery.job_id] = discovery.objects
+        self._vanished[discovery.job_id] = discovery.vanished
         return True
 
     async def _heartbeat(self, result: PollResult) -> None:
@@ -248,6 +311,14 @@ class Observer:
             if delay > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)
+
+
+def _canonical(
+    objects: tuple[ObservedObject, ...], vanished: tuple[ObjectRef, ...]
+) -> tuple[list[ObservedObject], set[ObjectRef]]:
+    """A Discovery's content, in an order that doesn't depend on which objects the backend
+    still lists and which the observer keeps (so a forgotten end republishes nothing)."""
+    return sorted(objects, key=lambda o: (o.ref.cluster, o.ref.id)), set(vanished)
 
 
 async def run(

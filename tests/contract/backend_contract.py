@@ -33,6 +33,11 @@ Hooks, and what they are for:
   attempt can't be read, the way a person would on that scheduler.
 * ``unreachable()``: a context in which the scheduler can't be asked.
 * ``tick()``: called between polls; a fake scheduler advances here (default: nothing).
+* ``forget(ref)``: make the scheduler stop listing an ended object, the way it does by
+  itself later (local: archive it; Slurm: MinJobAge; Kubeflow: the TrainJob deleted by a
+  TTL or a person). Default: nothing (the scheduler still lists it).
+* ``never_made()``: a ref of this cluster the scheduler never had (default: id
+  ``999999999``).
 * ``cleanup()``: remove everything the test made (default: stop every object started).
 * Settings: ``settle_timeout_s`` (how long a state change may take), ``gate_watch_s`` (how
   long a closed gate is watched to see the command does not run), ``poll_interval_s``,
@@ -49,7 +54,7 @@ import abc
 import asyncio
 import enum
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from contextlib import AbstractAsyncContextManager, suppress
 from datetime import UTC, datetime
 from typing import ClassVar, Final
@@ -172,6 +177,14 @@ class BackendHarness(abc.ABC):
         """Advance a fake scheduler between polls (default: only yield to the loop)."""
         await asyncio.sleep(0)
 
+    async def forget(self, ref: ObjectRef) -> None:
+        """Make the scheduler stop listing the ended object ``ref`` (default: nothing)."""
+        del ref
+
+    def never_made(self) -> ObjectRef:
+        """Return a ref of this cluster the scheduler never had."""
+        return ObjectRef(cluster=self.backend.cluster, id="999999999")
+
     async def cleanup(self) -> None:
         """Remove what the test made (default: stop every object it started)."""
         for ref in self.started:
@@ -202,9 +215,9 @@ class BackendHarness(abc.ABC):
         self.started.append(ref)
         return ref
 
-    async def discover(self) -> Snapshot:
+    async def discover(self, expected: Collection[ObjectRef] = ()) -> Snapshot:
         await self.tick()
-        return await self.backend.discover()
+        return await self.backend.discover(expected=expected)
 
     async def find(self, job_id: str, ref: ObjectRef) -> ObservedObject | None:
         """Return what discovery shows of ``ref`` now, or ``None`` if it is not shown."""
@@ -467,3 +480,44 @@ class BackendContract:
         assert raised.value.cluster == harness.backend.cluster
         after = await harness.find(job, ref)
         assert after == before, f"{ref} changed across the outage: {before} -> {after}"
+
+    # -- gone is not ended (issue 15) -------------------------------------------------------
+
+    async def test_an_expected_object_no_longer_listed_is_reported_ended_with_its_cause(
+        self, harness: BackendHarness
+    ) -> None:
+        """Issue 15, "gone is not ended": an object the observer expects (it last saw it
+        alive) that the scheduler no longer lists is looked up where the scheduler keeps
+        ends and reported ended with its real cause, never vanished."""
+        job = new_job_id()
+        ref = await harness.start(job, Program.SUCCEED)
+        await harness.backend.open_gate(ref)
+        ended = await harness.wait_phase(job, ref, ObjectPhase.ENDED)
+        assert ended.cause is not None, f"{ref} ended without a cause"
+        assert ended.cause.kind is CauseKind.NONE, f"{ref} ended with {ended.cause}"
+        await harness.forget(ref)
+        snapshot = await harness.discover(expected=[ref])
+        shown = [o for o in snapshot.objects.get(job, ()) if o.ref == ref]
+        assert len(shown) == 1, f"{ref} expected but not reported once: {snapshot}"
+        assert shown[0].phase is ObjectPhase.ENDED, f"{ref}: {shown[0]}"
+        assert shown[0].cause is not None, f"{ref}: no cause: {shown[0]}"
+        assert shown[0].cause.kind is CauseKind.NONE, f"{ref}: {shown[0].cause}"
+        assert ref not in snapshot.vanished, f"{ref} reported vanished: {snapshot.vanished}"
+
+    async def test_an_expected_object_the_scheduler_has_no_record_of_is_vanished(
+        self, harness: BackendHarness
+    ) -> None:
+        """Issue 15: only an object the scheduler has no word for is listed in
+        ``Snapshot.vanished``; a live expected object is shown, and a ref of another
+        cluster is not this backend's to speak for."""
+        job = new_job_id()
+        live = await harness.start(job, Program.SLEEP)
+        nowhere = harness.never_made()
+        elsewhere = ObjectRef(cluster=f"{harness.backend.cluster}-other", id=nowhere.id)
+        snapshot = await harness.discover(expected=[live, nowhere, elsewhere])
+        assert snapshot.vanished == (nowhere,), f"vanished: {snapshot.vanished}"
+        assert any(o.ref == live for o in snapshot.objects.get(job, ())), snapshot
+        listed = {o.ref for objs in snapshot.objects.values() for o in objs}
+        assert nowhere not in listed, f"{nowhere} reported as an object: {snapshot}"
+        plain = await harness.discover()
+        assert plain.vanished == (), f"vanished without expected objects: {plain.vanished}"

@@ -22,7 +22,7 @@ import logging
 import secrets
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -69,7 +69,7 @@ from dispatch_backends.protocol import (
     Snapshot,
     Unreachable,
 )
-from dispatch_core.state import Declarations, ObjectRef, ObservedObject
+from dispatch_core.state import Declarations, ObjectPhase, ObjectRef, ObservedObject
 from dispatch_core.steps import Launch
 
 __all__ = ["ForeignObjectError", "KubeflowBackend", "ObjectNotFound"]
@@ -147,6 +147,10 @@ class KubeflowBackend:
         self._lock = threading.Lock()
         self._evidence: dict[tuple[str, str], dict[str, PodFacts]] = defaultdict(dict)
         self._memory: dict[str, Observed] = {}
+        self._ended: dict[ObjectRef, tuple[str, ObservedObject]] = {}
+        """The last terminal state reported of each TrainJob (job id, what it showed), kept
+        across polls so one deleted after it ended is still reported ended with its real
+        cause while the observer expects it (issue 15, "gone is not ended")."""
         self._gaps: dict[str, tuple[datetime, str]] = {}
         self._waiting_since: dict[str, datetime] = {}
         self._reflectors: dict[tuple[str, str], Reflector] = {}
@@ -347,8 +351,16 @@ class KubeflowBackend:
             await self._delete(ref, trainjob)
         await self._force_delete_pods(ref, only_lost=False)
 
-    async def discover(self) -> Snapshot:
+    async def discover(self, expected: Collection[ObjectRef] = ()) -> Snapshot:
         """Every TrainJob labelled ``dispatch.dev/job`` in the configured namespaces.
+
+        Gone is not ended (issue 15): the last terminal state reported of each TrainJob is
+        kept; an ``expected`` TrainJob no longer listed (deleted after it ended, by a TTL
+        or a person) is reported with that state and its real cause, and one never seen
+        ended is listed in ``Snapshot.vanished``. The memory is this process's: across a
+        restart the end survives in the observer, whose last Discovery already showed the
+        TrainJob ended (and so no longer expects it); a TrainJob that ended and was deleted
+        while no observer ran is vanished, its end ``unknown``.
 
         One TrainJob list per namespace, plus the watches' caches (see the module
         docstring); then the housekeeping writes that keep what it reports true (see
@@ -427,12 +439,39 @@ class KubeflowBackend:
         self._prune(trainjobs, live)
         for chore, trainjob, memory, workload in chores:
             calls += await self._housekeep(chore, trainjob, memory, workload)
+        vanished = self._remember_ends(objects, expected)
         return Snapshot(
             cluster=self._cluster,
             seen_at=seen_at,
             objects={job: tuple(objs) for job, objs in objects.items()},
             calls=calls,
+            vanished=vanished,
         )
+
+    def _remember_ends(
+        self, objects: dict[str, list[ObservedObject]], expected: Collection[ObjectRef]
+    ) -> tuple[ObjectRef, ...]:
+        """Keep the last terminal state of each listed TrainJob; report an expected one no
+        longer listed from it (added to ``objects``), or return it as vanished. Entries the
+        observer neither sees listed nor expects any more are dropped (it remembers the end
+        itself from then on)."""
+        listed: set[ObjectRef] = set()
+        for job_id, objs in objects.items():
+            for obs in objs:
+                listed.add(obs.ref)
+                if obs.phase is ObjectPhase.ENDED and not obs.foreign:
+                    self._ended[obs.ref] = (job_id, obs)
+        vanished: list[ObjectRef] = []
+        wanted = {r for r in expected if r.cluster == self._cluster}
+        for ref in sorted(wanted - listed, key=str):
+            kept = self._ended.get(ref)
+            if kept is None:
+                vanished.append(ref)
+            else:
+                objects[kept[0]].append(kept[1])
+        for ref in [r for r in self._ended if r not in listed and r not in wanted]:
+            del self._ended[ref]
+        return tuple(vanished)
 
     async def cessation(self, ref: ObjectRef, nodes: tuple[str, ...]) -> CessationAnswer:
         """Whether ``ref``'s processes are gone (seed 004), from the nodes it ran on.

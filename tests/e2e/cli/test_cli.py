@@ -308,8 +308,9 @@ def test_hold_release_and_what_is_refused_on_a_running_job(up: Up, job_file: Job
 def test_a_recovery_hold_is_answered_by_resubmit_and_give_up(up: Up, job_file: JobFile) -> None:
     """A hold rule holds the job after it exits non-zero: ``status`` and ``watch`` show the
     exit code that ended it and the commands that answer the hold (no escalation says so
-    before the hold is overdue); release is refused (a recovery hold), resubmit runs a new
-    submission, give-up fails the job with the ending cause."""
+    before the hold is overdue, but ``up``'s held notice does at once); release is refused
+    (a recovery hold), resubmit runs a new submission, give-up fails the job with the
+    ending cause."""
     rules = [{"on": ["non-zero-exit"], "action": "hold"}]
     job = submitted(up, job_file("exit 4", rules=rules, name="held"))
 
@@ -317,6 +318,9 @@ def test_a_recovery_hold_is_answered_by_resubmit_and_give_up(up: Up, job_file: J
         return status["state"] == "held" and (status["hold"] or {}).get("kind") == "recovery"
 
     up.wait_status(job, recovery_held)
+    # Held notices are on under `dispatch up` (issue 15): the notifier tells the terminal
+    # channel at once that the job waits for a person; it is no escalation in the record.
+    eventually(lambda: _assert_in(f"dispatch job {job}: held:1:", up.output()), timeout_s=30)
     answers = [
         f'dispatch resubmit {job} --reason "..."',
         f'dispatch cancel {job} --reason "..."',

@@ -38,3 +38,29 @@ def test_submit_refuses_options_the_backend_would_refuse(
     listed = up.dispatch("status", "--json")
     assert listed.code == 0, str(listed)
     assert "bad-options" not in json.dumps(listed.json())
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "words"),
+    [
+        ('command = ["true"]\nscript = "#!/bin/sh\\ntrue\\n"', "spec.script", "both"),
+        ('command = ["echo", "a\\u0000b"]', "spec.command", "NUL"),
+        ('command = ["true"]\nenv = { "A=B" = "1" }', "spec.env", "'A=B'"),
+        ('command = ["true"]\nenv = { A = "x\\u0000y" }', "spec.env", "NUL"),
+        ('command = ["true"]\noptions = { chdir = "/tmp\\u0000x" }', "spec.options.chdir", "NUL"),
+    ],
+)
+def test_submit_refuses_what_no_runner_could_start(
+    up: Up, tmp_path: Path, spec: str, field: str, words: str
+) -> None:
+    """Issue 15, item 7, through the CLI: the API's 400 names the field, the CLI exits 7 and
+    says so, and no job is made (it was made, then its runner died)."""
+    path = tmp_path / "job.toml"
+    path.write_text(f'job_id = "bad-door"\n[spec]\ncluster = "local"\n{spec}\n')
+    result = up.dispatch("submit", str(path))
+    assert result.code == 7, str(result)
+    assert f"field {field}" in result.err, str(result)
+    assert words in result.err, str(result)
+    listed = up.dispatch("status", "--json")
+    assert listed.code == 0, str(listed)
+    assert "bad-door" not in json.dumps(listed.json())

@@ -1,10 +1,12 @@
 """The observer on a real nats-server and the local backend (docs/runtime.md, "Observer"):
-a Discovery per job only when its objects change, an empty one when they vanish, heartbeats
-saying whether the scheduler is reachable, and a restart that publishes nothing twice."""
+a Discovery per job only when its objects change, ends kept after the scheduler forgets them,
+objects the scheduler has no record of listed vanished, heartbeats saying whether the
+scheduler is reachable, and a restart that publishes nothing twice."""
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -92,9 +94,12 @@ def _at_least(beats: list[Heartbeat], n: int) -> None:
     assert len(beats) >= n, f"{len(beats)} heartbeats, waiting for {n}"
 
 
-async def test_vanished_objects_get_an_empty_discovery_and_a_restart_repeats_nothing(
+async def test_an_archived_end_stays_in_the_discovery_and_a_restart_repeats_nothing(
     make_runtime: MakeRuntime,
 ) -> None:
+    """Gone is not ended (issue 15): once the scheduler forgets an ended object (archived
+    past ``retain_ended_s``), its job's Discovery keeps showing it ended, so a supervisor that
+    reads only the latest Discovery still sees the end; a restart publishes nothing twice."""
     rt = await make_runtime(retain_ended_s=1.0)
     async with heartbeats(rt) as beats:
         observer = await rt.observer()
@@ -107,15 +112,54 @@ async def test_vanished_objects_get_an_empty_discovery_and_a_restart_repeats_not
         await assert_eventually(seen, timeout_s=30)
         await rt.backend.stop(ref)
 
-        async def vanished() -> None:
-            discovery = await rt.discovery("gone")
-            assert discovery is not None
-            assert discovery.objects == (), discovery
+        async def archived() -> None:
+            assert (rt.data_dir / "archive" / ref.id).is_dir()
+            assert ref not in {o.ref for o in (await rt.objects()).get("gone", ())}
 
-        await assert_eventually(vanished, timeout_s=30)
+        await assert_eventually(archived, timeout_s=30)
+        discovery = await rt.discovery("gone")
+        assert discovery is not None
+        assert [(o.ref, o.phase) for o in discovery.objects] == [(ref, ObjectPhase.ENDED)]
+        assert discovery.vanished == ()
         await observer.stop()
         before = await _discovery_seqs(rt)
         await observer.start()
         n = len(beats)
         await assert_eventually(lambda: _at_least(beats, n + 3), timeout_s=30)
         assert await _discovery_seqs(rt) == before
+
+
+async def test_an_object_found_nowhere_is_listed_vanished_after_a_restart(
+    make_runtime: MakeRuntime,
+) -> None:
+    """An object the observer last saw alive, whose directory is then removed (the scheduler
+    has no record of it), is listed in ``Discovery.vanished``, also by an observer restarted
+    meanwhile (it reads what it expects back from its last Discoveries)."""
+    rt = await make_runtime()
+    observer = await rt.observer()
+    ref = await _start_object(rt, "lost")
+
+    async def running() -> None:
+        discovery = await rt.discovery("lost")
+        assert discovery is not None
+        assert [o.phase for o in discovery.objects] == [ObjectPhase.RUNNING]
+
+    await assert_eventually(running, timeout_s=30)
+    await observer.stop()
+    await rt.backend.emergency_stop(ref)
+
+    async def dead() -> None:
+        shown = (await rt.objects()).get("lost", ())
+        assert [o.phase for o in shown] == [ObjectPhase.ENDED], shown
+
+    await assert_eventually(dead, timeout_s=30)
+    await asyncio.to_thread(shutil.rmtree, rt.data_dir / "objects" / ref.id)
+    await observer.start()
+
+    async def vanished() -> None:
+        discovery = await rt.discovery("lost")
+        assert discovery is not None
+        assert discovery.vanished == (ref,), discovery
+        assert discovery.objects == (), discovery
+
+    await assert_eventually(vanished, timeout_s=30)

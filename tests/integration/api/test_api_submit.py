@@ -279,3 +279,43 @@ async def test_a_too_large_body_is_413(api: Api) -> None:
     assert reply.status == 413
     assert reply.error["code"] == "too-large"
     assert await api.records.list_jobs() == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "words"),
+    [
+        ({"command": ["python"], "script": "#!/bin/sh\ntrue\n"}, "spec.script", "both"),
+        ({"command": ["python", "train.py\u0000"]}, "spec.command", "NUL"),
+        ({"script": "#!/bin/sh\necho \u0000\n"}, "spec.script", "NUL"),
+        ({"command": ["true"], "env": {"A=B": "1"}}, "spec.env", "'A=B'"),
+        ({"command": ["true"], "env": {"A\u0000": "1"}}, "spec.env", "NUL"),
+        ({"command": ["true"], "env": {"A": "x\u0000y"}}, "spec.env", "NUL"),
+        ({"command": ["true"], "options": {"chdir": "/tmp\u0000x"}}, "spec.options.chdir", "NUL"),
+    ],
+)
+async def test_what_no_runner_could_start_is_refused_at_the_door(
+    api: Api, spec: dict[str, Any], field: str, words: str
+) -> None:
+    """Issue 15, item 7: a NUL byte in the command, the script, an environment key or value
+    or options.chdir, an ``=`` in an environment key, or both a command and a script: 400
+    naming the field (it was 201, then the runner died), and no job is made."""
+    body = {"spec": {"cluster": SPEC["cluster"], **spec}}
+    reply = await api.call("POST", "/v1/jobs", body=body)
+    assert reply.status == 400, reply.text
+    assert reply.error["field"] == field, reply.error
+    assert words in reply.error["message"], reply.error
+    assert await api.records.list_jobs() == []
+
+
+async def test_equals_signs_in_arguments_values_and_paths_are_accepted(api: Api) -> None:
+    """``=`` is refused only in an environment key (``execve`` reads ``KEY=VALUE`` up to the
+    first ``=``): ``--lr=0.1``, a value ``a=b`` and a directory ``/tmp/run=3`` are legal."""
+    body = await api.submit(
+        spec={
+            **SPEC,
+            "command": ["python", "train.py", "--lr=0.1"],
+            "env": {"OPTS": "a=b"},
+            "options": {"chdir": "/tmp/run=3"},
+        }
+    )
+    assert body["job_id"]

@@ -97,6 +97,13 @@ class LocalHarness(BackendHarness):
 
         return outage()
 
+    async def forget(self, ref: ObjectRef) -> None:
+        """Archive the ended ``ref`` as the backend does past ``retain_ended_s``: a second
+        backend on the same directory that retains nothing discovers once."""
+        sweeper = LocalBackend(CLUSTER, self.data_dir, retain_ended_s=0.0)
+        await sweeper.discover()
+        assert (self.data_dir / "archive" / ref.id).is_dir(), f"{ref} was not archived"
+
     async def cleanup(self) -> None:
         await asyncio.to_thread(kill_all, self.data_dir)
 

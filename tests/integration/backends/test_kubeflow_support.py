@@ -47,6 +47,7 @@ from tests.fakes.kube_apiserver import TRAINJOBS, FakeKubeApiServer
 from tests.fakes.kube_controller import ClusterSimulator, train_job_body
 from tests.unit.core.helpers import Record, decisions
 from tests.unit.kubeflow.records import container_env
+from tests.util import assert_eventually
 
 __all__ = [
     "CLUSTER",
@@ -145,6 +146,27 @@ class KubeflowHarness(BackendHarness):
             body,
         )
 
+    async def forget(self, ref: ObjectRef) -> None:
+        """Delete the ended TrainJob, as its TTL or a person would."""
+        namespace, _, name = ref.id.partition("/")
+        custom = k8s.CustomObjectsApi(self.api)
+        await asyncio.to_thread(
+            custom.delete_namespaced_custom_object,
+            TRAINJOBS.group,
+            TRAINJOBS.version,
+            namespace,
+            TRAINJOBS.plural,
+            name,
+        )
+
+        async def deleted() -> None:
+            assert self.trainjob(ref) is None, f"{ref} still in the API server"
+
+        await assert_eventually(deleted, timeout_s=self.settle_timeout_s)
+
+    def never_made(self) -> ObjectRef:
+        return ObjectRef(cluster=CLUSTER, id=f"{NS}/dj-never-made")
+
     def unreachable(self) -> AbstractAsyncContextManager[None]:
         @contextlib.asynccontextmanager
         async def outage() -> AsyncIterator[None]:
@@ -229,6 +251,11 @@ class Supervisor:
         self.record = Record(events[0])  # type: ignore[arg-type]
         self.passes: list[Pass] = []
         self.snapshot: Snapshot | None = None
+        # What the observer keeps across polls (issue 15, "gone is not ended"): the objects
+        # it last saw alive (expected), the ends it showed, the objects that vanished.
+        self._expected: set[ObjectRef] = set()
+        self._ended: dict[ObjectRef, ObservedObject] = {}
+        self._vanished: list[ObjectRef] = []
 
     @property
     def job(self) -> Job:
@@ -250,12 +277,18 @@ class Supervisor:
 
     async def step(self) -> Pass:
         """One pass (see the class docstring); returns it."""
-        self.snapshot = await self.harness.discover()
+        self.snapshot = await self.harness.discover(expected=self._expected)
+        shown = self.snapshot.objects.get(self.job_id, ())
+        listed = {o.ref for o in shown}
+        self._ended.update((o.ref, o) for o in shown if not o.alive)
+        self._vanished += [r for r in self.snapshot.vanished if r not in self._vanished]
+        self._expected = {o.ref for o in shown if o.alive and not o.foreign}
         discovery = Discovery(
             cluster=self.snapshot.cluster,
             job_id=self.job_id,
             seen_at=self.snapshot.seen_at,
-            objects=self.snapshot.objects.get(self.job_id, ()),
+            objects=(*shown, *(o for r, o in self._ended.items() if r not in listed)),
+            vanished=tuple(r for r in self._vanished if r not in listed),
         )
         now = datetime.now(UTC)
         the_pass = next_steps(self.job, discovery, self.declarations, now)

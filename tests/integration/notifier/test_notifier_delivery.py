@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import hmac
 import itertools
+import json
 import logging
 import socket
 from datetime import datetime
@@ -456,3 +457,27 @@ async def test_stops_promptly_while_nats_is_unreachable(caplog: pytest.LogCaptur
         assert resp.status == 503  # not ready: no NATS
     stop.set()
     await asyncio.wait_for(task, 10)
+
+
+async def test_stop_overdue_is_critical_and_says_how_to_answer_it(
+    store: RecordStore, receiver: Receiver, start_notifier: StartNotifier
+) -> None:
+    """Issue 15, item 5: ``stop-overdue:<object id>`` is routed like every escalation (here by
+    severity: it is ``critical``), and the message says how to answer it."""
+    await start_notifier(
+        slack_url=receiver.url("/critical"),
+        slack_blocks=True,
+        webhook_url=receiver.url("/rest"),
+        routes=["@critical=slack", "*=webhook"],
+    )
+    job = new_job_id()
+    await create_job(store, job)
+    await escalate(store, job, "stop-overdue:17", "object c/17 was asked to stop (fence) ...")
+
+    await assert_eventually(lambda: _all_delivered(store, job))
+    [req] = receiver.accepted("/critical")
+    assert req.esc_id == "stop-overdue:17"
+    text = json.dumps(req.json)
+    assert "(critical)" in text
+    assert "emergency-stop" in text
+    assert receiver.on("/rest") == []

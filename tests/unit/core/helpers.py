@@ -258,6 +258,7 @@ class Sim:
         self.passes: list[Pass] = []
         self.stopped: list[Stop] = []
         self.seen_at: datetime | None = None
+        self.vanished: list[ObjectRef] = []
 
     # -- the clock and the scheduler --------------------------------------------------------
 
@@ -274,6 +275,7 @@ class Sim:
             job_id=self.job_id,
             seen_at=self.seen_at or self.now,
             objects=tuple(self.objects.values()),
+            vanished=tuple(self.vanished),
         )
 
     def show(self, obj: ObservedObject) -> ObservedObject:
@@ -306,6 +308,13 @@ class Sim:
         )
 
     def vanish(self, ref: ObjectRef) -> None:
+        """The scheduler has no record of the object any more (the observer lists it
+        vanished: it saw it alive, then found no word of it in a full poll)."""
+        del self.objects[ref]
+        self.vanished.append(ref)
+
+    def forget(self, ref: ObjectRef) -> None:
+        """The object is merely absent from the Discovery (it proves nothing: issue 15)."""
         del self.objects[ref]
 
     def foreign(self, object_id: str, phase: ObjectPhase = ObjectPhase.RUNNING) -> ObservedObject:

@@ -17,6 +17,15 @@ It behaves like a real scheduler as far as the core can tell (seeds 000, 002, 00
   processes outlived their job every time it was measured"), which is what the cessation
   signal answers;
 * an ended object stays visible for a while (Slurm's ``MinJobAge``), then vanishes (gone);
+  the scheduler keeps its end in accounting, but a live object whose state it lost has no
+  record at all;
+* :meth:`SimScheduler.discover` is the backend and the observer together (issue 15, "gone
+  is not ended"): objects the last discover showed alive are *expected*; one the scheduler
+  no longer lists is looked up in accounting (shown ended with its cause) or, with no
+  record of it, listed in ``Discovery.vanished``; an object once shown ended keeps being
+  shown ended after the scheduler forgets it (the observer's memory). The scheduler only
+  forgets objects the observer has seen: an object made and forgotten between two polls
+  (or while the observer is down) is an end no observer can report, left out here;
 * objects named for the job that dispatch can't read (foreign) may appear.
 
 The sim is the *truth*; a :class:`~dispatch_core.state.Discovery` is a snapshot of what it
@@ -133,6 +142,10 @@ class SimObject:
     """When the scheduler stops showing it (an ended object lingers, then vanishes)."""
     ceased_at: datetime | None = None
     """When its processes are really gone (after the end: seed 004)."""
+    seen: bool = False
+    """Whether a discover has shown it (only such objects are forgotten: see above)."""
+    lost: bool = False
+    """Whether the scheduler lost it alive (no record of its end anywhere)."""
 
     @property
     def alive(self) -> bool:
@@ -203,6 +216,9 @@ class SimScheduler:
         self.objects: dict[ObjectRef, SimObject] = {}
         self.vanished: dict[ObjectRef, SimObject] = {}
         self._next_id = 100
+        self._expected: set[ObjectRef] = set()
+        self._carried: dict[ObjectRef, ObservedObject] = {}
+        self._no_record: list[ObjectRef] = []
 
     # -- the clock --------------------------------------------------------------------------
 
@@ -214,18 +230,37 @@ class SimScheduler:
                 self._end(obj, STOPPED, at=obj.kill_at)
             if obj.alive and obj.phase is ObjectPhase.PENDING and obj.gate is GateState.OPEN:
                 obj.phase = ObjectPhase.RUNNING
-            if obj.gone_at is not None and obj.gone_at <= now:
+            if obj.gone_at is not None and obj.gone_at <= now and obj.seen:
                 self.vanish(obj.ref)
 
     # -- what it shows ----------------------------------------------------------------------
 
     def discover(self) -> Discovery:
-        """A snapshot of the objects shown now (the observer's Discovery)."""
+        """A snapshot of the objects shown now (the observer's Discovery), with what the
+        backend found of the expected objects the scheduler no longer lists, and what the
+        observer remembers of ended ones (see the module docstring)."""
+        shown: dict[ObjectRef, ObservedObject] = {}
+        for obj in self.objects.values():
+            if obj.visible:
+                obj.seen = True
+                shown[obj.ref] = obj.shown()
+        for ref in sorted(self._expected - shown.keys(), key=lambda r: int(r.id)):
+            gone = self.vanished.get(ref)
+            if gone is not None and not gone.lost:
+                self._carried[ref] = gone.shown()  # its end, from accounting
+            elif ref not in self._no_record:
+                self._no_record.append(ref)
+        for ref, obs in shown.items():
+            if not obs.alive:
+                self._carried[ref] = obs
+        self._expected = {ref for ref, obs in shown.items() if obs.alive}
+        carried = [obs for ref, obs in self._carried.items() if ref not in shown]
         return Discovery(
             cluster=self.cluster,
             job_id=self.job_id,
             seen_at=self.now,
-            objects=tuple(o.shown() for o in self.objects.values() if o.visible),
+            objects=(*shown.values(), *carried),
+            vanished=tuple(self._no_record),
         )
 
     def own(self, *, alive: bool = True) -> list[SimObject]:
@@ -414,4 +449,5 @@ class SimScheduler:
         obj = self.objects.pop(ref)
         if obj.alive:  # a live object whose state the scheduler lost: its processes die
             obj.phase, obj.ended_at, obj.ceased_at = ObjectPhase.ENDED, self.now, self.now
+            obj.lost = True
         self.vanished[ref] = obj

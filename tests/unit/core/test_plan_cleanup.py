@@ -71,9 +71,11 @@ def test_cleanup_deadline_escalates_once() -> None:
     sim.tick(1)
     p = sim.step()
 
-    (esc,) = committed(p, EscalationCommitted)
+    # The object asked to stop at the cancel is overdue too (stop_overdue_s, also 30 min
+    # by default): one escalation per object, beside the job's one.
+    assert escalation_ids(p) == [f"stop-overdue:{obj.ref.id}", "cleanup-deadline"]
+    (esc,) = [e for e in committed(p, EscalationCommitted) if e.id == "cleanup-deadline"]
     assert isinstance(esc, EscalationCommitted)
-    assert esc.id == "cleanup-deadline"
     assert str(obj.ref) in esc.detail
     assert sim.now == cancelled_at + timedelta(seconds=CLEANUP_S)
     for _ in range(3):

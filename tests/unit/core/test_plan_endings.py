@@ -18,7 +18,7 @@ from dispatch_core.events import (
     SubmissionOpened,
 )
 from dispatch_core.job import Status
-from dispatch_core.plan import GONE_DETAIL
+from dispatch_core.plan import VANISHED_DETAIL
 from dispatch_core.state import (
     Action,
     CauseKind,
@@ -351,7 +351,7 @@ def test_object_the_scheduler_no_longer_shows_ends_with_cause_unknown() -> None:
     assert isinstance(ended, ExecutionEnded)
     assert ended.cause.kind is CauseKind.UNKNOWN
     assert ended.cause.provenance is Provenance.SCHEDULER
-    assert ended.cause.detail == GONE_DETAIL
+    assert ended.cause.detail == VANISHED_DETAIL
     assert escalation_ids(p) == ["failed:unknown"]
 
 

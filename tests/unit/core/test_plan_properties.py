@@ -35,7 +35,7 @@ from dispatch_core.events import (
 )
 from dispatch_core.fold import fold
 from dispatch_core.job import Job, LaunchOutcome, Status
-from dispatch_core.plan import next_steps
+from dispatch_core.plan import VANISHED_DETAIL, next_steps
 from dispatch_core.project import settled
 from dispatch_core.state import (
     Action,
@@ -399,19 +399,21 @@ def test_recovering_never_returns_to_pending_whatever_happens(
     _walk(setup, moves, answers, check)
 
 
-_PHASES = ["absent", "running", "ended", "requeued", "node-lost", "pending"]
+_PHASES = ["absent", "vanished", "running", "ended", "requeued", "node-lost", "pending"]
 
 
 @st.composite
 def _situations(draw: st.DrawFn) -> tuple[Job, Discovery, datetime]:
     """A record a real dispatch could write (strategies.records, written independently of
-    the planner), and a scheduler view of it: each object absent, running, ended, requeued,
-    on a lost node or pending, perhaps a foreign object, at some time after the record."""
+    the planner), and a scheduler view of it: each object absent, vanished (the scheduler
+    has no record of it), running, ended, requeued, on a lost node or pending, perhaps a
+    foreign object, at some time after the record."""
     record = draw(records(max_steps=25))
     last = max(ev.at for _, ev in record)
     now = last + timedelta(seconds=draw(st.sampled_from([0, 1, 61, 601, 1801, 90000])))
     job = fold(written(record), now)
     objects: list[ObservedObject] = []
+    vanished: list[ObjectRef] = []
     for obj in job.objects:
         phase = draw(st.sampled_from(_PHASES))
         restarts = max(obj.ended, default=0) + draw(st.integers(0, 1))
@@ -427,6 +429,9 @@ def _situations(draw: st.DrawFn) -> tuple[Job, Discovery, datetime]:
         kind = draw(st.sampled_from(ENDINGS))
         match phase:
             case "absent":
+                continue
+            case "vanished":
+                vanished.append(obj.ref)
                 continue
             case "ended":
                 base = replace(base, phase=ObjectPhase.ENDED, cause=cause(kind))
@@ -450,7 +455,13 @@ def _situations(draw: st.DrawFn) -> tuple[Job, Discovery, datetime]:
                 phase=ObjectPhase.RUNNING,
             )
         )
-    discovery = Discovery(cluster=CLUSTER, job_id=job.job_id, seen_at=now, objects=tuple(objects))
+    discovery = Discovery(
+        cluster=CLUSTER,
+        job_id=job.job_id,
+        seen_at=now,
+        objects=tuple(objects),
+        vanished=tuple(vanished),
+    )
     return job, discovery, now
 
 
@@ -484,3 +495,27 @@ def test_next_steps_on_records_a_real_dispatch_could_write(
             assert isinstance(step, Deliver) or (
                 isinstance(step, Commit) and isinstance(step.event, ExecutionEnded)
             ), step
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(situation=_situations())
+def test_gone_is_not_ended_no_end_is_recorded_for_an_object_merely_absent(
+    situation: tuple[Job, Discovery, datetime],
+) -> None:
+    """Issue 15, "gone is not ended": on any record and view, every end a pass records is of
+    an object the view shows, or lists as vanished (the scheduler has no record of it); an
+    object merely absent from the view is never ended, and ``unknown`` from the scheduler's
+    silence is said only of a vanished one."""
+    job, discovery, now = situation
+    p = next_steps(job, discovery, job.declarations, now)
+    shown = {o.ref for o in discovery.objects}
+    for step in p.steps:
+        if isinstance(step, Commit) and isinstance(step.event, ExecutionEnded):
+            ref = step.event.ref
+            assert ref in shown or ref in discovery.vanished, step
+            if step.event.cause.detail.startswith(VANISHED_DETAIL):
+                assert ref in discovery.vanished, step

@@ -359,14 +359,22 @@ def test_a_job_with_an_outcome_settles_once_nothing_of_it_is_alive() -> None:
 
 def test_an_object_a_discovery_does_not_show_is_not_proven_gone_until_its_end_is_recorded() -> None:
     """A discovery that doesn't show a launched object may predate it (the observer
-    republishes only on change), so it proves nothing by itself: the job settles once the
-    planner, on a discovery seen after the object could show, records the object gone
-    (regression found by the stateful test: a cancelled job "settled" while the object it had
-    just launched was alive on the scheduler)."""
+    republishes only on change), so it proves nothing by itself (regression found by the
+    stateful test: a cancelled job "settled" while the object it had just launched was alive
+    on the scheduler). Gone is not ended (issue 15): however late the discovery, an object
+    merely absent is never recorded ended; the job settles once a discovery lists it
+    vanished (the scheduler has no record of it) and the planner records its end."""
     rec = _cancelled()
     assert not settled(rec.job, _seen())
+    decl = Declarations(node_loss_window_s=120.0)
     later = Discovery(cluster="c", job_id="j1", seen_at=_t(60), objects=())
-    the_pass = next_steps(rec.job, later, Declarations(node_loss_window_s=120.0), _t(60))
+    absent = next_steps(rec.job, later, decl, _t(60))
+    assert not absent.settled
+    assert not [
+        s for s in absent.steps if isinstance(s, Commit) and isinstance(s.event, ExecutionEnded)
+    ]
+    vanished = Discovery(cluster="c", job_id="j1", seen_at=_t(60), objects=(), vanished=(REF1,))
+    the_pass = next_steps(rec.job, vanished, decl, _t(60))
     assert the_pass.settled
     ended = [s.event for s in the_pass.steps if isinstance(s, Commit)]
     assert any(isinstance(e, ExecutionEnded) and e.ref == REF1 for e in ended)

@@ -508,9 +508,9 @@ class DispatchMachine(RuleBasedStateMachine):
         """The scheduler stops showing an ended object early (purged), or, rarely, loses a
         live one (its state lost): either is *gone* to dispatch."""
         if live:
-            obj = _pick(self.sched.own(), pick)
+            obj = _pick([o for o in self.sched.own() if o.seen], pick)
         else:
-            obj = _pick([o for o in self.sched.objects.values() if not o.alive], pick)
+            obj = _pick([o for o in self.sched.objects.values() if not o.alive and o.seen], pick)
         if obj is not None:
             self.sched.vanish(obj.ref)
 

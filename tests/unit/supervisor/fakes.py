@@ -6,7 +6,7 @@ put honours its expected seq; and a scheduler whose calls the test can watch and
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 
 from dispatch_backends import Snapshot
@@ -177,7 +177,7 @@ class FakeBackend:
     async def stop(self, ref: ObjectRef) -> None:
         self.stopped.append(ref)
 
-    async def discover(self) -> Snapshot:
+    async def discover(self, expected: Collection[ObjectRef] = ()) -> Snapshot:
         return Snapshot(
             cluster=self._cluster,
             seen_at=datetime.now(UTC),
