@@ -77,12 +77,15 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
         seen_at: when it was asked.
         objects: job id -> the objects named for that job (own and foreign).
         calls: the number of scheduler calls the query took (constant as jobs grow).
+        vanished: objects the caller expected (last seen alive) that the scheduler no
+            longer lists and keeps no end for (issue 15, "gone is not ended").
     """
 
     cluster: str
     seen_at: UtcDatetime
     objects: Mapping[str, tuple[ObservedObject, ...]]
     calls: int = 1
+    vanished: tuple[ObjectRef, ...] = ()
 
 
 class CessationAnswer(msgspec.Struct, frozen=True, kw_only=True):

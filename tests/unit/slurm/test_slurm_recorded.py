@@ -74,6 +74,8 @@ ENDINGS = [
         "TIMEOUT 0:0 (TimeLimit)",
     ),
     (
+        # recorded without MaxRSS/ReqMem (the old sacct fields): a SIGKILL nothing
+        # corroborates stays unknown; oom-steps (test_slurm_memory.py) has the figures
         "oom",
         "end",
         "oom",
@@ -90,7 +92,7 @@ ENDINGS = [
         CauseKind.OUT_OF_MEMORY,
         Provenance.SCHEDULER,
         None,
-        "OUT_OF_MEMORY 0:125 (OutOfMemory)",
+        "OUT_OF_MEMORY 0:125 (OutOfMemory); batch OUT_OF_MEMORY 0:125",
         None,
     ),
     (
