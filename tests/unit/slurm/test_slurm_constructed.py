@@ -22,7 +22,6 @@ from dispatch_backends.slurm.settings import Accounting
 from dispatch_core.state import CauseKind, GateState, ObjectPhase, Provenance
 from tests.unit.slurm.recorded import CONSTRUCTED, NOW
 
-
 _V1_FIELDS = (
     "JobID",
     "JobIDRaw",
