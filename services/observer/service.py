@@ -4,10 +4,12 @@
 Every ``poll_interval_s``: one ``backend.discover()`` (one batched query, never one per job)
 gives a Snapshot; for each job in it whose objects differ from the last Discovery published
 for it, a new Discovery goes to ``dispatch.discovery.<cluster>.<job>``; a job that had
-objects and now has none gets an empty Discovery. Comparing objects (not ``seen_at``) keeps
-the stream quiet while nothing changes, and a supervisor woken by a Discovery always finds
-something new in it. At start-up the last Discovery of each of the cluster's jobs is read
-back from the stream, so a restart publishes nothing twice and misses no disappearance.
+objects and now has none gets an empty Discovery, unless all its objects were last shown
+ended (then the ended Discovery stays the latest: see ``_all_ended``). Comparing objects
+(not ``seen_at``) keeps the stream quiet while nothing changes, and a supervisor woken by a
+Discovery always finds something new in it. At start-up the last Discovery of each of the
+cluster's jobs is read back from the stream, so a restart publishes nothing twice and misses
+no disappearance.
 
 After each poll a heartbeat goes to ``dispatch.observer.<cluster>``: reachable, or
 unreachable with the error. An unreachable scheduler publishes no Discovery, so no job's
@@ -32,7 +34,7 @@ from prometheus_client import CollectorRegistry
 
 from dispatch_backends import Backend, BackendError, Unreachable, close_backend
 from dispatch_backends.config import load_clusters, make_backend, poll_interval_s
-from dispatch_core import Discovery, ObservedObject, decode, encode, is_job_id
+from dispatch_core import Discovery, ObjectPhase, ObservedObject, decode, encode, is_job_id
 from dispatch_nats import LatestStore, Layout, NatsStoreError, StreamKind, ensure_streams
 from services.common.http import health_app, start_http
 from services.common.lifecycle import connect_nats, drain, run_until_stopped
@@ -72,6 +74,13 @@ class PollResult(msgspec.Struct, frozen=True, kw_only=True):
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def _all_ended(objects: tuple[ObservedObject, ...]) -> bool:
+    """Whether every object was last shown ended: a scheduler that then forgets them
+    (Slurm's ``MinJobAge``) says nothing new, so their last Discovery stays the latest, and
+    a supervisor that was down meanwhile still reads how they ended (issue 15)."""
+    return all(o.phase is ObjectPhase.ENDED for o in objects)
 
 
 class Observer:
@@ -193,7 +202,7 @@ class Observer:
             if self._last.get(job_id) != objs:
                 changes.append(self._discovery(job_id, seen_at, objs))
         for job_id, objs in self._last.items():
-            if objs and job_id not in objects:
+            if objs and job_id not in objects and not _all_ended(objs):
                 changes.append(self._discovery(job_id, seen_at, ()))
         if not changes:
             return 0, 0

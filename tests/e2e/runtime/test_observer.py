@@ -92,9 +92,12 @@ def _at_least(beats: list[Heartbeat], n: int) -> None:
     assert len(beats) >= n, f"{len(beats)} heartbeats, waiting for {n}"
 
 
-async def test_vanished_objects_get_an_empty_discovery_and_a_restart_repeats_nothing(
+async def test_a_forgotten_ended_object_keeps_its_discovery_and_a_restart_repeats_nothing(
     make_runtime: MakeRuntime,
 ) -> None:
+    """An object last shown ended that the backend then forgets (its archive time passed)
+    keeps its ended Discovery as the latest: a supervisor that was down meanwhile still
+    reads how it ended (issue 15, "gone is not ended")."""
     rt = await make_runtime(retain_ended_s=1.0)
     async with heartbeats(rt) as beats:
         observer = await rt.observer()
@@ -107,12 +110,20 @@ async def test_vanished_objects_get_an_empty_discovery_and_a_restart_repeats_not
         await assert_eventually(seen, timeout_s=30)
         await rt.backend.stop(ref)
 
-        async def vanished() -> None:
+        async def ended() -> None:
             discovery = await rt.discovery("gone")
             assert discovery is not None
-            assert discovery.objects == (), discovery
+            assert [o.phase for o in discovery.objects] == [ObjectPhase.ENDED], discovery
 
-        await assert_eventually(vanished, timeout_s=30)
+        await assert_eventually(ended, timeout_s=30)
+
+        async def forgotten() -> None:
+            assert "gone" not in await rt.objects()
+
+        await assert_eventually(forgotten, timeout_s=30)
+        polled = len(beats) + 2
+        await assert_eventually(lambda: _at_least(beats, polled), timeout_s=30)
+        await ended()
         await observer.stop()
         before = await _discovery_seqs(rt)
         await observer.start()
