@@ -687,7 +687,7 @@ async def test_memory_over_limit_with_cgroup(lab: Lab) -> None:
             CauseKind.OUT_OF_MEMORY,
             Provenance.SCHEDULER,
             None,
-            "OUT_OF_MEMORY 0:125 (OutOfMemory)",
+            "OUT_OF_MEMORY 0:125 (OutOfMemory); batch OUT_OF_MEMORY 0:125",  # with its step
         )
     finally:
         await asyncio.to_thread(_cluster_start)
