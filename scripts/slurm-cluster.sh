@@ -36,7 +36,8 @@
 #   SLURM_LAB_DBD_PORT       slurmdbd port                            [6819]
 #   SLURM_LAB_DB_PORT        MariaDB port (127.0.0.1 only)            [13306]
 #   SLURM_LAB_MIN_JOB_AGE    MinJobAge: s a finished job stays in
-#                            squeue/scontrol                          [300]
+#                            squeue/scontrol (short for tests; Slurm's
+#                            default is 300)                          [30]
 #   SLURM_LAB_KILL_WAIT      KillWait: s between SIGTERM and SIGKILL  [10]
 #   SLURM_LAB_SLURMD_TIMEOUT SlurmdTimeout: s before a silent node
 #                            is declared DOWN                         [20]
@@ -80,7 +81,7 @@ PORT_BASE=${SLURM_LAB_PORT_BASE:-17001}
 CTLD_PORT=${SLURM_LAB_CTLD_PORT:-6817}
 DBD_PORT=${SLURM_LAB_DBD_PORT:-6819}
 DB_PORT=${SLURM_LAB_DB_PORT:-13306}
-MIN_JOB_AGE=${SLURM_LAB_MIN_JOB_AGE:-300}
+MIN_JOB_AGE=${SLURM_LAB_MIN_JOB_AGE:-30}
 KILL_WAIT=${SLURM_LAB_KILL_WAIT:-10}
 SLURMD_TIMEOUT=${SLURM_LAB_SLURMD_TIMEOUT:-20}
 CRED_EXPIRE=${SLURM_LAB_CRED_EXPIRE:-10}

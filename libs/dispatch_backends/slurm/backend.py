@@ -5,12 +5,14 @@ See the package docstring for the whole picture; this module is the I/O, through
 timeouts).
 
 **Calls per poll.** :meth:`SlurmBackend.discover` runs one ``squeue`` for every job of the
-user; then, when dispatch has any job on the cluster, one ``sinfo`` (node states, for lost
-nodes) and one ``sacct --duplicates -X -j <ids>`` (``sacct -c`` with ``accounting =
-"jobcomp"``; none with ``"none"``) for all of dispatch's jobs at once. So a poll is 3
-commands (1 with no job of dispatch's), however many jobs there are: ``Snapshot.calls``,
-which the observer exports as ``dispatch_observer_scheduler_calls_per_poll``. A sacct that
-fails (slurmdbd down) costs nothing but its answers: causes wait for it, within the grace.
+user; then, when dispatch has any job on the cluster or any job it last saw alive is no
+longer listed, one ``sinfo`` (node states, for lost nodes) and one ``sacct --duplicates -j
+<ids>`` (job *and* step rows; ``sacct -c`` with ``accounting = "jobcomp"``; none with
+``"none"``) for all of them at once: the jobs squeue lists and the gone ones together. So a
+poll is 3 commands (1 with nothing to ask about), however many jobs there are:
+``Snapshot.calls``, which the observer exports as
+``dispatch_observer_scheduler_calls_per_poll``. A sacct that fails (slurmdbd down) costs
+nothing but its answers: causes wait for it, within the grace, and no gone job is decided.
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ from dispatch_backends.protocol import (
 )
 from dispatch_backends.slurm.causes import ADMIN_HOLD, USER_HOLDS
 from dispatch_backends.slurm.commands import CommandResult, CommandTimeout, Runner
-from dispatch_backends.slurm.observe import Memory, dispatch_job_id, observe_all
+from dispatch_backends.slurm.observe import Memory, dispatch_job_id, observe_all, observe_gone
 from dispatch_backends.slurm.parse import (
     ACCT_FIELDS,
+    JOBCOMP_FIELDS,
     QUEUE_FIELDS,
     SINFO_FIELDS,
     AcctRow,
@@ -64,6 +67,7 @@ log = logging.getLogger("dispatch_backends.slurm")
 
 _QUEUE_FORMAT: Final = ",".join(f"{field}:|" for field in QUEUE_FIELDS)
 _ACCT_FORMAT: Final = ",".join(ACCT_FIELDS)
+_JOBCOMP_FORMAT: Final = ",".join(JOBCOMP_FIELDS)
 _SINFO_FORMAT: Final = ",".join(f"{field}:|" for field in SINFO_FIELDS)
 _INVALID_JOB: Final = "Invalid job id specified"
 _MAYBE_MADE: Final = ("Socket timed out", "Zero Bytes were transmitted")
@@ -280,25 +284,38 @@ class SlurmBackend:
 
     async def discover(self, expected: Collection[ObjectRef] = ()) -> Snapshot:
         """Every job of dispatch's on the cluster, from at most 3 commands (see the module
-        docstring). ``expected`` is accepted for the Protocol and not looked up here yet
-        (engineer E's branch looks it up in accounting: issue 15).
+        docstring).
+
+        Args:
+            expected: objects the caller last saw alive on this cluster (kept across its
+                polls and restarts). Each one squeue no longer lists, like each one this
+                backend last saw alive, is looked up in accounting in the same sacct call:
+                reported ended with accounting's cause, or listed in ``Snapshot.vanished``
+                when accounting has no end for it (after ``accounting_grace_s``).
 
         Raises:
             Unreachable: squeue or sinfo could not reach slurmctld, or printed what can't be
                 parsed (the poll changes nothing).
         """
         async with self._lock:
-            return await self._discover()
+            return await self._discover(expected)
 
-    async def _discover(self) -> Snapshot:
+    async def _discover(self, expected: Collection[ObjectRef]) -> Snapshot:
         before = self._runner.calls
         now = self._clock()
         jobs = await self._squeue()
         own = [j for j in jobs if dispatch_job_id(j.name) is not None]
+        listed = {j.raw_id for j in jobs}
+        wanted = set(self._memory.alive) | {
+            ref.id for ref in expected if ref.cluster == self._cluster and ref.id.isdigit()
+        }
+        gone = sorted(wanted - listed, key=int)
         nodes: dict[str, NodeState] | None = None
         rows: list[AcctRow] | None = None
-        if own:
-            nodes, rows = await asyncio.gather(self._sinfo(), self._sacct(own))
+        if own or gone:
+            nodes, rows = await asyncio.gather(
+                self._sinfo(), self._sacct([j.raw_id for j in own] + gone)
+            )
         objects = observe_all(
             own,
             rows,
@@ -310,11 +327,31 @@ class SlurmBackend:
             grace_s=self._settings.accounting_grace_s,
             user_name=_user_name,
         )
+        ended, vanished = observe_gone(
+            [ObjectRef(cluster=self._cluster, id=raw_id) for raw_id in gone],
+            rows,
+            now=now,
+            memory=self._memory,
+            accounting=self._settings.accounting,
+            grace_s=self._settings.accounting_grace_s,
+            user_name=_user_name,
+        )
+        for job_id, found in ended.items():
+            objects[job_id] = (*objects.get(job_id, ()), *found)
+        if ended or vanished:
+            log.info(
+                "slurm.gone",
+                extra={
+                    "ended": sorted(o.ref.id for objs in ended.values() for o in objs),
+                    "vanished": [ref.id for ref in vanished],
+                },
+            )
         return Snapshot(
             cluster=self._cluster,
             seen_at=now,
             objects=objects,
             calls=self._runner.calls - before,
+            vanished=vanished,
         )
 
     async def _squeue(self) -> list[QueueJob]:
@@ -342,15 +379,19 @@ class SlurmBackend:
         except ParseError as err:
             raise Unreachable(self._cluster, f"sinfo: {err}") from err
 
-    async def _sacct(self, jobs: list[QueueJob]) -> list[AcctRow] | None:
-        """sacct for ``jobs`` (all of dispatch's: one call), or ``None`` when accounting is
-        off or couldn't be read this poll (then causes wait, within the grace)."""
+    async def _sacct(self, raw_ids: list[str]) -> list[AcctRow] | None:
+        """sacct's job and step rows for ``raw_ids`` (every job asked about: one call), or
+        ``None`` when accounting is off or couldn't be read this poll (then causes wait,
+        within the grace)."""
         accounting = self._settings.accounting
         if accounting is Accounting.NONE:
             return None
-        ids = ",".join(sorted({j.raw_id for j in jobs}, key=int))
-        args = ["-P", "-n", "-X", "--duplicates", "-o", _ACCT_FORMAT, "-j", ids]
-        if accounting is Accounting.JOBCOMP:
+        ids = ",".join(sorted(set(raw_ids), key=int))
+        jobcomp = accounting is Accounting.JOBCOMP
+        fields = JOBCOMP_FIELDS if jobcomp else ACCT_FIELDS
+        args = ["-P", "-n", "--duplicates", "-o", _JOBCOMP_FORMAT if jobcomp else _ACCT_FORMAT]
+        args += ["-j", ids]
+        if jobcomp:
             args.insert(0, "-c")
         try:
             result = await self._runner.run("sacct", *args)
@@ -361,7 +402,7 @@ class SlurmBackend:
             log.warning("slurm.sacct.failed", extra={"detail": result.words})
             return None
         try:
-            return parse_sacct(result.stdout)
+            return parse_sacct(result.stdout, fields)
         except ParseError as err:
             log.warning("slurm.sacct.unreadable", extra={"detail": str(err)})
             return None

@@ -57,6 +57,33 @@ jobcomp file)                                                                fil
 ``REVOKED`` and anything else      ``unknown``      scheduler    ``None``    [0]
 =================================  ===============  ===========  ==========  =========
 
+**Steps corroborate memory** (:func:`step_verdict`; sacct's job *and* step rows of the run,
+read in the same batched call; [R] ``tests/data/slurm/<scenario>/end``, recorded by
+``deploy/slurm/record-steps.sh``). Applied to a run whose job row (or slurmctld) says
+``OUT_OF_MEMORY`` or ``FAILED``, in this order:
+
+======================================================  ===============  =====================
+job row; steps                                          kind             recorded
+======================================================  ===============  =====================
+``OUT_OF_MEMORY``; ``batch`` ``COMPLETED 0:0``           ``none`` (exit   ``oom-cgroup-child``:
+                                                        0), both rows'   a child OOM-killed,
+                                                        words kept       the script went on
+                                                                         (galaxy#6832)
+any step ``OUT_OF_MEMORY``                              out-of-memory    ``oom-cgroup-steps``
+``FAILED 0:125``                                        out-of-memory    constructed
+                                                                         (``sacct-oom.txt``)
+a step killed by signal 9 whose ``MaxRSS`` reached its  out-of-memory,   ``oom-steps``
+memory request (``AllocTRES`` ``mem=``, else            both figures in  (OverMemoryKill
+``ReqMem``)                                             the detail       without cgroup:
+                                                                         ``FAILED 0:9
+                                                                         (JobLaunchFailure)``)
+======================================================  ===============  =====================
+
+Otherwise the table above stands (a signal 9 under the request stays ``unknown``). 22.05's
+accounting has no oom-kill count (``sacct --helpformat`` lists none); the cgroup plugin's
+count reaches accounting only as the step's ``OUT_OF_MEMORY`` state, which the second row
+reads.
+
 **Gates** ([L] holds): ``PENDING`` with reason ``JobHeldUser`` is dispatch's own closed gate
 (``sbatch --hold``; also ``scontrol uhold`` and ``requeuehold``, which read the same);
 ``JobHeldAdmin`` is ``admin-held`` (cause ``held``, provenance scheduler, the words kept);
@@ -72,10 +99,11 @@ open.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Final
 
-from dispatch_backends.slurm.parse import ExitStatus
+from dispatch_backends.slurm.parse import AcctRow, ExitStatus, parse_memory
 from dispatch_core.state import (
     Actor,
     ActorKind,
@@ -99,6 +127,7 @@ __all__ = [
     "held_cause",
     "phase_of",
     "run_cause",
+    "step_verdict",
 ]
 
 ENDED_STATES: Final = frozenset(
@@ -306,3 +335,72 @@ def run_cause(
     if state not in ENDED_STATES and state != "REQUEUED":
         return None
     return end_cause(state, words=words, exit=exit, actor=actor, at=at)
+
+
+_OOM_SIGNAL: Final = 9
+_CGROUP_OOM_EXIT: Final = ExitStatus(0, 125)
+"""``0:125``: slurmstepd's exit status of a step the cgroup OOM killer hit [L]."""
+
+
+def _row_words(row: AcctRow) -> str:
+    name = row.step or "job"
+    return f"{name} {detail(row.state, row.exit)}"
+
+
+def step_verdict(
+    text: str,
+    state: str,
+    exit: ExitStatus | None,
+    steps: Sequence[AcctRow],
+    *,
+    job_row: AcctRow | None = None,
+    at: datetime | None = None,
+) -> Cause | None:
+    """What the run's step rows say about memory, or ``None`` when they change nothing (see
+    the module docstring, "Steps corroborate memory").
+
+    Args:
+        text: the job's words so far (``detail(...)`` of its State and exit), kept first.
+        state: the job's base state (``OUT_OF_MEMORY``, ``FAILED``, ...).
+        exit: the job's exit status.
+        steps: the run's step rows (``.batch``, ``.extern``, ``.0``, ...).
+        job_row: the run's own sacct row, for its memory request (``ReqMem``/``AllocTRES``)
+            when a step's row has none.
+        at: when it ended.
+    """
+    if state not in ("OUT_OF_MEMORY", "FAILED"):
+        return None
+    batch = next((r for r in steps if r.step == "batch"), None)
+    if (
+        state == "OUT_OF_MEMORY"
+        and batch is not None
+        and batch.base_state == "COMPLETED"
+        and batch.exit == ExitStatus(0, 0)
+    ):
+        return Cause(
+            kind=CauseKind.NONE,
+            provenance=Provenance.APPLICATION,
+            detail=f"{text}; {_row_words(batch)}: the batch script completed with exit 0 "
+            "(an oom-kill in the job, not the end of its work)",
+            exit_code=0,
+            at=at,
+        )
+    oom_steps = [r for r in steps if r.base_state == "OUT_OF_MEMORY"]
+    if oom_steps:
+        words = "; ".join(_row_words(r) for r in oom_steps)
+        return _scheduler(CauseKind.OUT_OF_MEMORY, f"{text}; {words}", at)
+    if state == "FAILED" and exit == _CGROUP_OOM_EXIT:
+        return _scheduler(CauseKind.OUT_OF_MEMORY, text, at)
+    for row in steps:
+        if row.exit is None or row.exit.signal != _OOM_SIGNAL:
+            continue
+        request = row.memory_request or (job_row.memory_request if job_row else "")
+        rss, limit = parse_memory(row.max_rss), parse_memory(request)
+        if rss is not None and limit is not None and limit > 0 and rss >= limit:
+            return _scheduler(
+                CauseKind.OUT_OF_MEMORY,
+                f"{text}; {_row_words(row)}: MaxRSS {row.max_rss} reached its memory "
+                f"request {request}",
+                at,
+            )
+    return None

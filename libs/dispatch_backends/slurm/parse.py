@@ -31,6 +31,7 @@ import msgspec
 
 __all__ = [
     "ACCT_FIELDS",
+    "JOBCOMP_FIELDS",
     "QUEUE_FIELDS",
     "SINFO_FIELDS",
     "AcctRow",
@@ -40,11 +41,13 @@ __all__ = [
     "NodeState",
     "ParseError",
     "QueueJob",
+    "comment_from_submit_line",
     "expand_hostlist",
     "format_comment",
     "parse_comment",
     "parse_exit",
     "parse_job_id",
+    "parse_memory",
     "parse_sacct",
     "parse_scontrol",
     "parse_sinfo",
@@ -52,6 +55,8 @@ __all__ = [
     "parse_squeue_json",
     "parse_squeue_text",
     "runs",
+    "steps_of",
+    "tres_value",
     "wait_status",
 ]
 
@@ -567,6 +572,24 @@ class AcctRow(msgspec.Struct, frozen=True, kw_only=True):
     db_index: int | None = None
     partition: str = ""
     comment: str = ""
+    max_rss: str = ""
+    req_mem: str = ""
+    alloc_tres: str = ""
+    submit_line: str = ""
+
+    @property
+    def memory_request(self) -> str:
+        """The memory the row was given, in Slurm's words: ``AllocTRES``'s ``mem=`` (the
+        allocation; a step's is its own), else ``ReqMem``; ``""`` when neither says."""
+        return tres_value(self.alloc_tres, "mem") or self.req_mem
+
+    @property
+    def tag(self) -> DispatchTag | None:
+        """dispatch's tag, from ``Comment`` (stored only with ``AccountingStoreFlags=
+        job_comment``) or else from ``SubmitLine``, which 22.05 stores by default and which
+        holds sbatch's ``--comment=dj:...`` argument (deploy/slurm/README.md,
+        ``dj-comment``)."""
+        return parse_comment(self.comment) or comment_from_submit_line(self.submit_line)
 
     @property
     def step(self) -> str | None:
@@ -592,9 +615,58 @@ ACCT_FIELDS: Final = (
     "Start",
     "End",
     "DBIndex",
+    "MaxRSS",
+    "ReqMem",
+    "AllocTRES",
     "Comment",
+    "SubmitLine",
 )
-"""The ``sacct -o`` fields the backend asks for (``Comment`` last: it may hold ``|``)."""
+"""The ``sacct -o`` fields the backend asks for (``Comment`` and ``SubmitLine`` last: they
+may hold ``|``; dispatch's own comment never does, so only a foreign job's row can be
+shifted, and only in those two fields). ``MaxRSS``, ``ReqMem`` and ``AllocTRES`` corroborate
+an out-of-memory end (:func:`~dispatch_backends.slurm.causes.step_verdict`)."""
+
+JOBCOMP_FIELDS: Final = tuple(f for f in ACCT_FIELDS if f != "AllocTRES")
+"""The fields asked of ``sacct -c`` (the jobcomp file): 22.05's ``sacct -c -o AllocTRES``
+crashes (segmentation fault, exit 139, measured on the test cluster); the others print
+empty where the file has nothing."""
+
+_MEMORY: Final = re.compile(r"^(\d+(?:\.\d+)?)([KMGTP]?)[nc]?$")
+_UNITS: Final = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
+
+
+def parse_memory(text: str) -> int | None:
+    """Bytes of a Slurm memory figure (``450384K``, ``100M``, ``1.50G``, ``100Mn``;
+    no suffix is bytes); ``None`` for an empty or unreadable field."""
+    match = _MEMORY.match(text.strip())
+    if match is None:
+        return None
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def tres_value(tres: str, name: str) -> str:
+    """The value of ``name`` in a TRES list (``cpu=1,mem=100M,node=1``), or ``""``."""
+    for item in tres.split(","):
+        key, sep, value = item.partition("=")
+        if sep and key.strip() == name:
+            return value.strip()
+    return ""
+
+
+def comment_from_submit_line(line: str) -> DispatchTag | None:
+    """dispatch's tag from an ``sbatch`` command line as sacct's ``SubmitLine`` prints it
+    (the arguments joined by spaces, unquoted: ``--comment=dj:job=abc sub=1 att=1
+    --time=1``): the words after ``--comment=`` up to the next option."""
+    at = line.find("--comment=dj:")
+    if at < 0:
+        return None
+    words = line[at + len("--comment=") :].split(" ")
+    kept = [words[0]]
+    for word in words[1:]:
+        if not word or word.startswith("-") or "=" not in word:
+            break
+        kept.append(word)
+    return parse_comment(" ".join(kept))
 
 
 def parse_sacct(text: str, fields: Sequence[str] = ACCT_FIELDS) -> list[AcctRow]:
@@ -644,6 +716,10 @@ def _acct_row(row: Mapping[str, str], line: str) -> AcctRow:
             db_index=int(db_index) if db_index.isdigit() else None,
             partition=row.get("partition", "").strip(),
             comment=row.get("comment", "").strip(),
+            max_rss=row.get("maxrss", "").strip(),
+            req_mem=row.get("reqmem", "").strip(),
+            alloc_tres=row.get("alloctres", "").strip(),
+            submit_line=row.get("submitline", "").strip(),
         )
     except ValueError as err:
         raise ParseError(f"sacct line {line!r}: {err}") from err
@@ -656,6 +732,25 @@ def runs(rows: Iterable[AcctRow], raw_id: str) -> list[AcctRow]:
     if all(r.db_index is not None for r in own):
         own.sort(key=lambda r: r.db_index or 0)
     return own
+
+
+def steps_of(rows: Iterable[AcctRow], run: AcctRow) -> list[AcctRow]:
+    """The step rows of one run (``run``, a job row): same raw id and, when printed, the
+    same ``DBIndex`` (sacct gives each step its run's, as recorded in ``oom/end``); without
+    ``DBIndex``, the steps printed after ``run`` and before the job's next run."""
+    own = [r for r in rows if r.raw_id == run.raw_id]
+    if run.db_index is not None:
+        return [r for r in own if r.step is not None and r.db_index == run.db_index]
+    out: list[AcctRow] = []
+    started = False
+    for row in own:
+        if row is run:
+            started = True
+        elif row.step is None and started:
+            break
+        elif started:
+            out.append(row)
+    return out
 
 
 # -- sinfo -------------------------------------------------------------------------------------

@@ -14,9 +14,10 @@ from dispatch_backends import CessationSignal, EmergencyStopper, LaunchRefusedEr
 from dispatch_backends.config import make_backend, parse_clusters
 from dispatch_backends.slurm import AdminHeldError, SlurmBackendWithCessation, SlurmSettings
 from dispatch_backends.slurm.parse import parse_scontrol
-from dispatch_core.state import JobSpec, ObjectPhase, ObjectRef
+from dispatch_core.state import CauseKind, JobSpec, ObjectPhase, ObjectRef
 from tests.contract.backend_contract import Program, make_launch, new_job_id
 from tests.integration.slurm.test_slurm_support import CLUSTER, SlurmHarness, require_cluster, run
+from tests.util import assert_eventually
 
 pytestmark = [pytest.mark.slurm, pytest.mark.integration]
 
@@ -153,5 +154,53 @@ async def test_three_commands_per_poll_however_many_jobs(harness: SlurmHarness) 
         many = await backend.discover()
         assert all(job in many.objects for job in jobs)
         assert few.calls == many.calls == 3
+    finally:
+        await harness.cleanup()
+
+
+async def test_jobs_slurmctld_forgot_are_asked_in_the_same_sacct_call(
+    harness: SlurmHarness,
+) -> None:
+    """Issue 15: jobs last seen alive that squeue no longer lists (``MinJobAge`` passed) are
+    looked up in the poll's one sacct call, with the jobs squeue lists: 3 commands however
+    many; each is reported ended once with accounting's cause. A backend that never saw
+    them (an observer restarted) finds them from the caller's ``expected``, and dispatch's
+    tag from sacct's ``SubmitLine``."""
+    backend = harness.backend
+    jobs = [new_job_id("forgot") for _ in range(4)]
+    try:
+        refs = await asyncio.gather(*(harness.start(job, Program.SLEEP) for job in jobs))
+        await asyncio.gather(*(backend.open_gate(ref) for ref in refs))
+        for job, ref in zip(jobs, refs, strict=True):
+            await harness.wait_phase(job, ref, ObjectPhase.RUNNING)
+        run("scancel", *(ref.id for ref in refs))
+
+        def forgotten() -> None:
+            out = run("squeue", "-h", "-t", "all", "-u", "root", "-o", "%i", check=False)
+            assert not {ref.id for ref in refs} & set(out.stdout.split()), out.stdout
+
+        await assert_eventually(forgotten, timeout_s=240, interval_s=1.0)
+        fresh = SlurmHarness(harness.tmp).backend  # never saw them: only told
+        snapshot = await backend.discover()
+        told = await fresh.discover(expected=refs)
+        for shown in (snapshot, told):
+            assert shown.calls == 3
+            assert shown.vanished == ()
+            for job, ref in zip(jobs, refs, strict=True):
+                (obj,) = shown.objects[job]
+                assert (obj.ref, obj.phase, obj.submission, obj.attempt) == (
+                    ref,
+                    ObjectPhase.ENDED,
+                    1,
+                    1,
+                )
+                assert obj.cause is not None
+                assert obj.cause.kind is CauseKind.CANCELLED
+                assert obj.cause.detail == "CANCELLED by 0 0:0", obj.cause
+        again = await backend.discover()
+        assert not set(jobs) & set(again.objects)  # reported once
+        unknown = ObjectRef(cluster=CLUSTER, id="999999")
+        first = await fresh.discover(expected=[unknown])
+        assert first.vanished == ()  # accounting may lag: within the grace, not yet
     finally:
         await harness.cleanup()

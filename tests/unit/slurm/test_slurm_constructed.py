@@ -5,6 +5,8 @@ how each file was written."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from dispatch_backends.slurm.observe import Memory, observe, observe_all
@@ -20,9 +22,26 @@ from dispatch_backends.slurm.settings import Accounting
 from dispatch_core.state import CauseKind, GateState, ObjectPhase, Provenance
 from tests.unit.slurm.recorded import CONSTRUCTED, NOW
 
+_V1_FIELDS = (
+    "JobID",
+    "JobIDRaw",
+    "JobName",
+    "Partition",
+    "State",
+    "ExitCode",
+    "Reason",
+    "NodeList",
+    "Submit",
+    "Start",
+    "End",
+    "DBIndex",
+    "Comment",
+)
+"""The fields of the constructed sacct files (the backend's before it read memory)."""
+
 
 def _rows(name: str) -> list[AcctRow]:
-    return parse_sacct((CONSTRUCTED / name).read_text())
+    return parse_sacct((CONSTRUCTED / name).read_text(), _V1_FIELDS)
 
 
 def _json(version: str) -> list[QueueJob]:
@@ -56,15 +75,23 @@ def test_later_versions_json_is_read(version: str) -> None:
 @pytest.mark.parametrize("version", ["0.0.40", "0.0.41"])
 def test_later_versions_json_is_classified(version: str) -> None:
     jobs = [j for j in _json(version) if j.user == "root"]
+    memory = Memory()
     objects = observe_all(
         jobs,
         [],
         None,
         cluster="lab",
         now=NOW,
-        memory=Memory(),
+        memory=memory,
         grace_s=30.0,
     )
+    # an out-of-memory end sacct doesn't show yet waits for its step rows, then stands
+    (waiting,) = objects["oom"]
+    assert waiting.phase is ObjectPhase.STOPPING
+    later = observe_all(
+        jobs, [], None, cluster="lab", now=NOW + timedelta(seconds=31), memory=memory
+    )
+    objects = {**objects, "oom": later["oom"]}
     assert "other-user" not in objects
 
     def one(job: str):  # type: ignore[no-untyped-def]
