@@ -10,9 +10,7 @@ this test's interpreter prefix: the very command the unit runs, with this checko
 from __future__ import annotations
 
 import configparser
-import os
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -30,16 +28,6 @@ TOP = Path(__file__).resolve().parents[3]
 UNITS = TOP / "deploy" / "systemd"
 SERVICES = ("supervisor", "notifier", "api")
 INSTALLED_VENV = "/opt/dispatch/venv"
-
-
-def _tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        message = f"{name} is not installed: scripts/install-deploy-tools.sh installs it"
-        if os.environ.get("DISPATCH_REQUIRE_SERVICES") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
 
 
 def _unit(name: str) -> configparser.RawConfigParser:
@@ -64,8 +52,8 @@ def rendered(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_systemd_analyze_verify_accepts_every_unit(rendered: Path) -> None:
-    tool = _tool("systemd-analyze")
+def test_systemd_analyze_verify_accepts_every_unit(rendered: Path, systemd_analyze: str) -> None:
+    tool = systemd_analyze
     names = [
         "dispatch.target",
         *(f"dispatch-{s}.service" for s in SERVICES),
@@ -87,9 +75,9 @@ def test_systemd_analyze_verify_accepts_every_unit(rendered: Path) -> None:
     assert ours == [], output
 
 
-def test_systemd_analyze_verify_catches_a_broken_unit(rendered: Path) -> None:
+def test_systemd_analyze_verify_catches_a_broken_unit(rendered: Path, systemd_analyze: str) -> None:
     """The check above is not vacuous here: a misspelt key and a missing binary are named."""
-    tool = _tool("systemd-analyze")
+    tool = systemd_analyze
     unit = rendered / "dispatch-api.service"
     text = unit.read_text().replace("Type=exec", "Type=exec\nRestartSecs=2")
     unit.write_text(text.replace("/bin/python", "/bin/no-such-python"))
