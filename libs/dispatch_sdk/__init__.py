@@ -32,11 +32,14 @@ from dispatch_cli.client import (
     SubmitResponse,
 )
 from dispatch_cli.errors import ApiError, CliError, Unreachable, UsageError
+from dispatch_core import Cause, CauseKind, State, Status
 from dispatch_sdk.client import AsyncClient, Client
 
 __all__ = [
     "ApiError",
     "AsyncClient",
+    "Cause",
+    "CauseKind",
     "CliError",
     "Client",
     "CommandResponse",
@@ -45,6 +48,8 @@ __all__ = [
     "JobList",
     "JobSummary",
     "RecordResponse",
+    "State",
+    "Status",
     "SubmitResponse",
     "Unreachable",
     "UsageError",
