@@ -2,7 +2,12 @@
 # install.sh: install dispatch and everything its tests and examples need into ./.venv.
 #
 #   scripts/install.sh            # runtime + test tools + the ML frameworks the examples use
+#   scripts/install.sh --services # the services and the dispatch command only: no ML
+#                                 # frameworks, no test tools (a login or admin node)
 #   DISPATCH_VENV=DIR scripts/install.sh
+#
+# The ML frameworks (torch, transformers, lightning, scikit-learn) are only for the examples
+# and the tests; a training image installs packaging/dispatch-ckpt (packaging/README.md).
 #
 # Idempotent: a second run only installs what is missing. Needs Python >= 3.11 with venv
 # (Debian 12: apt-get install python3-venv). Services (nats-server, the S3 test servers) come
@@ -12,6 +17,13 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 venv=${DISPATCH_VENV:-$top/.venv}
 py=${PYTHON:-python3}
 say() { printf 'install: %s\n' "$*"; }
+mode=all
+case "${1:-}" in
+    "") ;;
+    --services) mode=services ;;
+    -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) echo "install: error: unknown argument '$1' (scripts/install.sh [--services])" >&2; exit 2 ;;
+esac
 
 "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
     { echo "install: error: Python >= 3.11 is needed, $py is $("$py" -V 2>&1)" >&2; exit 1; }
@@ -25,6 +37,12 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -m pip --version > /dev/n
     "$py" -m venv --clear "$venv"
 fi
 pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q)
+if [ "$mode" = services ]; then
+    say "installing dispatch (the services and the dispatch command; no ML frameworks)"
+    "${pip[@]}" "$top"
+    say "done: $("$venv/bin/python" -V), dispatch from $top into $venv"
+    exit 0
+fi
 say "installing dispatch (editable) with its test tools"
 "${pip[@]}" -e "$top[test]"
 # torch 2.13.0 is pinned because its CPU wheel is what these machines carry; an unpinned

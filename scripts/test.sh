@@ -6,6 +6,7 @@
 # 1. installs dispatch and its test tools into ./.venv (scripts/install.sh);
 # 2. starts the Slurm test cluster (scripts/slurm-cluster.sh start; needs root on Debian 12);
 #    nats-server and the S3 servers (SeaweedFS, moto) are started by the tests themselves;
+#    installs systemd-analyze and promtool, which check deploy/ (scripts/install-deploy-tools.sh);
 # 3. runs ruff, mypy and pytest. A run that selects no test fails.
 #
 # Settings: DISPATCH_SKIP_INSTALL=1 skips step 1; DISPATCH_SKIP_SLURM=1 skips step 2 and
@@ -27,6 +28,10 @@ if [ "${DISPATCH_SKIP_SLURM:-0}" = 1 ]; then
 elif [ -x scripts/slurm-cluster.sh ]; then
     say "starting the Slurm test cluster (scripts/slurm-cluster.sh start)"
     bash scripts/slurm-cluster.sh start
+fi
+if [ "${DISPATCH_SKIP_INSTALL:-0}" != 1 ]; then
+    say "installing systemd-analyze and promtool (scripts/install-deploy-tools.sh)"
+    bash scripts/install-deploy-tools.sh
 fi
 
 say "lint: ruff check, ruff format --check"

@@ -24,6 +24,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Final, TypeVar
 
 import msgspec
+import tenacity
 
 from dispatch_cli.errors import ApiError, CliError, Unreachable
 from dispatch_core import (
@@ -266,33 +267,39 @@ class ApiClient:
             headers["Idempotency-Key"] = idempotency_key
         retry_safe = method == "GET" or idempotency_key is not None
         url = self._url(path, query)
-        delay = 0.25
-        for attempt in range(1, _RETRIES + 1):
+
+        def once() -> bytes:
             req = urllib.request.Request(url, data=body, method=method, headers=headers)
             try:
                 with self._opener.open(req, timeout=self.timeout_s) as response:
                     data: bytes = response.read()
                     return data
             except urllib.error.HTTPError as err:
-                if err.code == 503 and attempt < _RETRIES:
-                    wait = _retry_after(err.headers.get("Retry-After"), delay)
-                    err.read()
-                    time.sleep(wait)
-                    delay = min(delay * 2, _MAX_BACKOFF_S)
-                    continue
+                if err.code == 503:
+                    retry_after = _retry_after(err.headers.get("Retry-After"), None)
+                    raise _Busy(self._error(err), retry_after) from None
                 raise self._error(err) from None
             except urllib.error.URLError as err:
                 reason = err.reason
-                if isinstance(reason, ConnectionRefusedError | socket.gaierror):
+                if isinstance(reason, ConnectionRefusedError | socket.gaierror) or not retry_safe:
                     raise Unreachable(self.url, _why(reason)) from None
-                if not (retry_safe and attempt < _RETRIES):
-                    raise Unreachable(self.url, _why(reason)) from None
+                raise _Lost(Unreachable(self.url, _why(reason))) from None
             except (http.client.HTTPException, ConnectionError, TimeoutError) as err:
-                if not (retry_safe and attempt < _RETRIES):
+                if not retry_safe:
                     raise Unreachable(self.url, _why(err)) from None
-            time.sleep(delay)
-            delay = min(delay * 2, _MAX_BACKOFF_S)
-        raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+                raise _Lost(Unreachable(self.url, _why(err))) from None
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(_Retryable),
+            stop=tenacity.stop_after_attempt(_RETRIES),
+            wait=_wait,
+            sleep=time.sleep,
+            reraise=True,
+        )
+        try:
+            return retrying(once)
+        except _Retryable as err:
+            raise err.final from None
 
     def get(
         self, path: str, type_: type[T], query: Mapping[str, str | list[str]] | None = None
@@ -412,13 +419,45 @@ def _parse_sse(response: http.client.HTTPResponse) -> Iterator[SseMessage]:
                 fields[name] = value
 
 
+class _Retryable(Exception):
+    """A try that may be made again without recording anything twice; ``final`` is what the
+    caller gets when no try is left."""
+
+    def __init__(self, final: CliError, retry_after_s: float | None = None) -> None:
+        super().__init__(str(final))
+        self.final, self.retry_after_s = final, retry_after_s
+
+
+class _Busy(_Retryable):
+    """503 (``busy``, ``unavailable``): try again after its ``Retry-After``."""
+
+
+class _Lost(_Retryable):
+    """The connection was lost after the request was sent (a GET, or a POST with its key)."""
+
+
+_BACKOFF: Final = tenacity.wait_exponential(multiplier=0.25, max=_MAX_BACKOFF_S)
+
+
+def _wait(state: tenacity.RetryCallState) -> float:
+    """The API's ``Retry-After`` when it sent one, else exponential backoff (0.25 s, 0.5 s,
+    ... at most ``_MAX_BACKOFF_S``)."""
+    outcome = state.outcome
+    err = outcome.exception() if outcome is not None else None
+    if isinstance(err, _Retryable) and err.retry_after_s is not None:
+        return err.retry_after_s
+    return float(_BACKOFF(state))
+
+
 def _quote(segment: str) -> str:
     return urllib.parse.quote(segment, safe="")
 
 
-def _retry_after(value: str | None, default: float) -> float:
+def _retry_after(value: str | None, default: float | None) -> float | None:
+    if not value:
+        return default
     try:
-        return min(max(float(value or default), 0.0), _MAX_BACKOFF_S)
+        return min(max(float(value), 0.0), _MAX_BACKOFF_S)
     except ValueError:
         return default
 

@@ -35,12 +35,19 @@ spec is ``{"cluster": --cluster, "script": <the file>}`` (the Slurm backend keep
 ``#SBATCH --job-name``/``-J`` when it makes a valid id, and the policy from ``--policy FILE``
 or the rule flags (``--resubmit-on preempted,node-lost --budget 3``).
 
+**Checked before sending**: a key the API doesn't know (``comand =``) is named, with the
+closest known one, rather than ignored; a value of ``spec.options`` or ``spec.env`` that is
+not a string (``gpus = 2``) is named by its key (``spec.options.gpus``), so the message says
+which line to fix. The keys known are the fields of the core's ``JobSpec`` and
+``RecoveryRule``, read from them.
+
 **Working directory**: unless the spec sets ``options.chdir``, the job runs in the directory
 ``dispatch submit`` was run from, as ``sbatch`` does (``--chdir`` changes it).
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import tomllib
@@ -48,12 +55,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
+
 from dispatch_cli.errors import UsageError
-from dispatch_core import COVERABLE_CAUSES, CauseKind
+from dispatch_core import COVERABLE_CAUSES, CauseKind, JobSpec, RecoveryRule
 
 __all__ = [
     "PolicyFlags",
     "build_submission",
+    "check_job_file",
     "is_batch_script",
     "parse_causes",
     "read_policy_file",
@@ -62,6 +72,12 @@ __all__ = [
 _NAME_RE: Final = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,52}[a-z0-9])?$")
 _SBATCH_NAME: Final = re.compile(r"^#SBATCH\s+(?:--job-name[=\s]\s*|-J\s*)(\S+)", re.MULTILINE)
 _SCRIPT_SUFFIXES: Final = frozenset({".sh", ".sbatch", ".slurm", ".bash"})
+_TOP_KEYS: Final = ("spec", "policy", "name", "job_id", "reason")
+"""The keys of ``POST /v1/jobs``'s body (``services/api/schemas.py``, ``SubmitRequest``)."""
+_SPEC_KEYS: Final = tuple(f.encode_name for f in msgspec.structs.fields(JobSpec))
+_RULE_KEYS: Final = tuple(f.encode_name for f in msgspec.structs.fields(RecoveryRule))
+_STRING_MAPS: Final = ("options", "env")
+"""Spec keys whose values are strings by name (``dict[str, str]`` in ``JobSpec``)."""
 
 
 class PolicyFlags:
@@ -154,12 +170,75 @@ def read_policy_file(path: Path) -> dict[str, Any]:
     """Read a policy file: TOML or JSON with a ``rules`` list (``[[rules]]``).
 
     Raises:
-        UsageError: unreadable, not TOML/JSON, or not a table with ``rules``.
+        UsageError: unreadable, not TOML/JSON, not a table with ``rules``, or an unknown key
+            (named).
     """
     raw = _load_structured(path, "policy file")
     if not isinstance(raw, dict) or not isinstance(raw.get("rules"), list):
         raise UsageError(f"{path}: a policy file holds a list of rules ([[rules]] in TOML)")
+    _check_keys(path, "", raw, ("rules",))
+    _check_rules(path, "", raw["rules"])
     return raw
+
+
+def _unknown_key(path: Path, where: str, key: str, known: Sequence[str]) -> UsageError:
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"did you mean `{close[0]}`? " if close else ""
+    place = f" in {where}" if where else ""
+    return UsageError(
+        f"{path}: unknown key `{key}`{place} ({hint}known: {', '.join(f'`{k}`' for k in known)})"
+    )
+
+
+def _check_keys(path: Path, where: str, table: Mapping[str, Any], known: Sequence[str]) -> None:
+    for key in table:
+        if key not in known:
+            raise _unknown_key(path, where, str(key), known)
+
+
+def _check_rules(path: Path, where: str, rules: object) -> None:
+    if not isinstance(rules, list):
+        return  # the API names a wrong type; only unknown keys are the CLI's to catch
+    for i, rule in enumerate(rules):
+        if isinstance(rule, Mapping):
+            _check_keys(path, f"{where}rules[{i}]", rule, _RULE_KEYS)
+
+
+def _type_name(value: object) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", list: "a list",
+            dict: "a table"}.get(type(value), type(value).__name__)  # fmt: skip
+
+
+def check_job_file(path: Path, body: Mapping[str, Any]) -> None:
+    """Check a job file's keys and string maps before it is sent (see the module docstring).
+
+    The API checks everything else and names the field at fault; it can't name a key it
+    ignores or the key of a map value of the wrong type, so those are checked here.
+
+    Raises:
+        UsageError: an unknown key (named, with the closest known one), or a value of
+            ``spec.options``/``spec.env`` that is not a string (named by its key).
+    """
+    _check_keys(path, "", body, _TOP_KEYS)
+    spec = body.get("spec")
+    if isinstance(spec, Mapping):
+        _check_keys(path, "[spec]", spec, _SPEC_KEYS)
+        for name in _STRING_MAPS:
+            table = spec.get(name)
+            if not isinstance(table, Mapping):
+                continue
+            for key, value in table.items():
+                if not isinstance(value, str):
+                    shown = json.dumps(value) if not isinstance(value, dict) else "{...}"
+                    quoted = json.dumps(shown if isinstance(value, bool | int | float) else "...")
+                    raise UsageError(
+                        f"{path}: spec.{name}.{key}: expected a string, got "
+                        f"{_type_name(value)} ({shown}); quote it: {key} = {quoted}"
+                    )
+    policy = body.get("policy")
+    if isinstance(policy, Mapping):
+        _check_keys(path, "[policy]", policy, ("rules",))
+        _check_rules(path, "policy.", policy.get("rules"))
 
 
 def is_batch_script(path: Path, text: str) -> bool:
@@ -228,6 +307,7 @@ def build_submission(
         if not isinstance(raw, dict):
             raise UsageError(f"{path}: a job file is a table (TOML) or an object (JSON)")
         body = dict(raw)
+        check_job_file(path, body)
         spec = body.get("spec")
         if not isinstance(spec, dict):
             raise UsageError(f"{path}: a job file needs a [spec] table (cluster, command, ...)")

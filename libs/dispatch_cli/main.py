@@ -14,12 +14,14 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any, Final, TypeVar
 
 import click
 import msgspec
+from click.shell_completion import CompletionItem
 
 from dispatch_cli.client import (
     ApiClient,
@@ -37,10 +39,10 @@ from dispatch_cli.errors import (
 )
 from dispatch_cli.home import DEFAULT_API, default_data_dir, read_state, read_token
 from dispatch_cli.jobfile import PolicyFlags, build_submission, parse_causes
+from dispatch_cli.listing import jobs_page, rows_table
 from dispatch_cli.render import (
     escalations_table,
     event_line,
-    jobs_table,
     plan_lines,
     status_detail,
     status_line,
@@ -130,6 +132,24 @@ def client_options(func: F) -> F:
         return func(target=Target(api, token, as_json), **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def complete_job_ids(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """Shell completion of a JOB argument: the ids of the API's jobs that start with what is
+    typed (``--api``/``--token`` as typed so far, else as for any command). Nothing when the
+    API doesn't answer: completion never prints an error into the shell."""
+    target = Target(ctx.params.get("api"), ctx.params.get("token"), False)
+    try:
+        listing = target.client(timeout_s=3.0).jobs()
+    except Exception:  # a completion must never fail the shell
+        return []
+    return [
+        CompletionItem(j.job_id, help=j.state.value)
+        for j in listing.jobs
+        if j.job_id.startswith(incomplete)
+    ]
 
 
 class _Group(click.Group):
@@ -465,32 +485,68 @@ def submit(
 
 
 @cli.command(short_help="Show jobs, or one job in detail.")
-@click.argument("job", required=False)
+@click.argument("job", required=False, shell_complete=complete_job_ids)
 @click.option(
     "--state", "states", multiple=True, type=click.Choice([s.value for s in State]),
     help="Only jobs in this state (repeatable).",
 )  # fmt: skip
+@click.option(
+    "--cluster", "clusters", multiple=True, metavar="NAME",
+    help="Only jobs on this cluster (repeatable).",
+)  # fmt: skip
+@click.option(
+    "--limit", type=click.IntRange(1), default=100, show_default=True,
+    help="Most jobs on one page.",
+)  # fmt: skip
+@click.option(
+    "--after", metavar="JOB",
+    help="Start the page after this job id (the last line of a page names the next one).",
+)  # fmt: skip
 @click.option("--events", is_flag=True, help="With JOB: also print every event of its record.")
 @client_options
-def status(target: Target, job: str | None, states: tuple[str, ...], events: bool) -> int:
-    """Show every job in a table, or one job in detail: its state and cause, the hold in
+def status(
+    target: Target,
+    job: str | None,
+    states: tuple[str, ...],
+    clusters: tuple[str, ...],
+    limit: int,
+    after: str | None,
+    events: bool,
+) -> int:
+    """Show the jobs in a table, or one job in detail: its state and cause, the hold in
     force, its committed history and its escalations (with the command answering each).
+
+    The table shows each job's cluster, age and latest published checkpoint (read from its
+    checkpoint root when this machine sees that path), a page of --limit jobs at a time.
 
     \b
     Examples:
       dispatch status
-      dispatch status --state held --state recovering
+      dispatch status --state held --state recovering --cluster slurm
+      dispatch status --limit 20 --after digits-k3x9ab2c
       dispatch status digits-k3x9ab2c --events
     """
     client = target.client()
     if job is None:
-        listing = client.jobs(list(states) or None)
+        page = jobs_page(
+            client,
+            states=[State(s) for s in states],
+            clusters=clusters,
+            after=after,
+            limit=limit,
+        )
         if target.json:
-            _json(listing)
-        elif not listing.jobs:
-            _echo("no jobs" + (" in that state" if states else " yet: dispatch submit FILE"))
+            _json(page)
+        elif not page.jobs:
+            filtered = states or clusters or after
+            _echo("no jobs" + (" match" if filtered else " yet: dispatch submit FILE"))
         else:
-            _echo(jobs_table(listing.jobs))
+            _echo(rows_table(page.jobs, datetime.now(UTC)))
+            if page.next_after is not None:
+                more = ["dispatch status", *(f"--state {s}" for s in states)]
+                more += [*(f"--cluster {shlex.quote(c)}" for c in clusters)]
+                more += [f"--limit {limit}", f"--after {page.next_after}"]
+                _echo(f"more: {' '.join(more)}")
         return EXIT_OK
     current = client.status(job)
     escalations = client.escalations(job_id=job).escalations
@@ -530,7 +586,7 @@ def _watch(client: ApiClient, job_id: str, as_json: bool) -> int:
 
 
 @cli.command(short_help="Follow a job's status live until it settles.")
-@click.argument("job")
+@click.argument("job", shell_complete=complete_job_ids)
 @client_options
 def watch(target: Target, job: str) -> int:
     """Follow a job live: one line per Status change, until the job settles (exit 0 if
@@ -586,7 +642,7 @@ def _is_open(escalation: EscalationView, job: JobSummary | None) -> bool:
 
 
 @cli.command(short_help="Print a job's record, event by event.")
-@click.argument("job")
+@click.argument("job", shell_complete=complete_job_ids)
 @click.option("--after", type=click.IntRange(0), default=0, help="Only events after this seq.")
 @client_options
 def record(target: Target, job: str, after: int) -> int:
@@ -635,7 +691,7 @@ def _operator(name: str, short: str, help_text: str, example: str) -> None:
     """Register a command taking only JOB and --reason."""
 
     @_REASON
-    @click.argument("job")
+    @click.argument("job", shell_complete=complete_job_ids)
     @client_options
     def command(target: Target, job: str, reason: str) -> int:
         answer = target.client().command(job, name, {"reason": reason}, key=new_idempotency_key())
@@ -647,7 +703,7 @@ def _operator(name: str, short: str, help_text: str, example: str) -> None:
 
 
 @cli.command(short_help="Hold a job until it is released.")
-@click.argument("job")
+@click.argument("job", shell_complete=complete_job_ids)
 @_REASON
 @click.option(
     "--for", "for_", metavar="DURATION", default="24h", show_default=True,
@@ -694,7 +750,7 @@ _operator(
 
 
 @cli.command(short_help="Close an unknown launch or a foreign object.")
-@click.argument("job")
+@click.argument("job", shell_complete=complete_job_ids)
 @_REASON
 @click.option("--submission", type=click.IntRange(1), help="N of all-unknown:<N> (alone).")
 @click.option(
@@ -739,7 +795,7 @@ def abandon(
 
 
 @cli.command(short_help="Run a finished job again as a new job.")
-@click.argument("job")
+@click.argument("job", shell_complete=complete_job_ids)
 @_REASON
 @click.option("--new-job-id", metavar="ID", help="The new job's id.")
 @click.option("--name", metavar="NAME", help="Prefix of the new id the API makes.")

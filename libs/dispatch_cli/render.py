@@ -49,6 +49,7 @@ __all__ = [
     "escalations_table",
     "event_line",
     "hold_answers",
+    "hold_brief",
     "hold_lines",
     "hold_text",
     "jobs_table",
@@ -139,6 +140,11 @@ def hold_lines(job_id: str, hold: HoldView, *, width: int = 8) -> list[str]:
     for i, (command, does) in enumerate(hold_answers(job_id, hold.kind)):
         pairs.append(("answer" if i == 0 else "", f"{command}  ({does})"))
     return [f"{label:<{width}}  {text}" for label, text in pairs]
+
+
+def hold_brief(hold: HoldView | None) -> str:
+    """The HOLD column of the jobs table: ``-`` without a hold, else :func:`_hold_brief`."""
+    return "-" if hold is None else _hold_brief(hold)
 
 
 def _hold_brief(hold: HoldView) -> str:

@@ -41,7 +41,7 @@ variable                            meaning
                                     pass gives up on it (default 60)
 ``SUPERVISOR_HTTP_HOST``            where ``/healthz`` and ``/metrics`` listen (default
                                     127.0.0.1)
-``SUPERVISOR_HTTP_PORT``            their port (default 8080; 0 picks a free one)
+``SUPERVISOR_HTTP_PORT``            their port (default 8082; 0 picks a free one)
 ``SUPERVISOR_SHUTDOWN_GRACE_S``     longest clean shutdown after SIGTERM, seconds (default 10)
 ``SUPERVISOR_LOG_LEVEL``            ``debug``, ``info`` (default), ``warning`` or ``error``
 ``SUPERVISOR_LOG_JSON``             JSON log lines (default true)
@@ -84,7 +84,7 @@ class SupervisorConfig(NatsSettings, frozen=True, kw_only=True, forbid_unknown_f
     store_timeout_s: float = 5.0
     store_retry_s: float = 60.0
     http_host: str = "127.0.0.1"
-    http_port: int = 8080
+    http_port: int = 8082
     shutdown_grace_s: float = 10.0
     log_level: str = "info"
     log_json: bool = True

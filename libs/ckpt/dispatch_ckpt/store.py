@@ -133,12 +133,21 @@ def open_store(root: str, *, timeout_s: float | None = None) -> Store:
             seconds (botocore's default when ``None``).
 
     Raises:
-        InvalidRoot: the root is empty, uses another scheme, or names no bucket.
+        InvalidRoot: the root is empty, uses another scheme, or names no bucket; or it is an
+            S3 root and boto3 is not installed (``dispatch-ckpt[s3]`` installs it).
     """
     if not root:
         raise InvalidRoot(root, "expected a path or an s3://bucket/prefix URL, found nothing")
     if root.startswith("s3://"):
-        from dispatch_ckpt.s3 import S3Store
+        # boto3 is optional: a training image with POSIX roots only does without it.
+        try:
+            from dispatch_ckpt.s3 import S3Store
+        except ModuleNotFoundError as err:
+            if err.name not in ("boto3", "botocore"):
+                raise
+            raise InvalidRoot(
+                root, "s3:// roots need boto3: pip install 'dispatch-ckpt[s3]' (or boto3)"
+            ) from err
 
         return S3Store.from_url(root, timeout_s=timeout_s)
     if _SCHEME.match(root):

@@ -109,13 +109,19 @@ def test_submit_a_batch_script_names_the_job_from_it_and_takes_the_rule_flags(
 
 
 def test_a_malformed_job_file_is_refused_naming_the_field(up: Up, tmp_path: Path) -> None:
-    """400 from the API names the field (exit 7); a file that doesn't parse is a usage
-    error (exit 2) naming the file."""
+    """400 from the API names the field (exit 7); an unknown key or a file that doesn't parse
+    is a usage error (exit 2) naming the key or the file, before anything is sent."""
     typo = tmp_path / "typo.json"
     typo.write_text(json.dumps({"spec": {"cluster": "local", "command": ["true"], "colour": 1}}))
     result = up.dispatch("submit", str(typo))
+    assert result.code == 2, str(result)
+    assert "unknown key `colour` in [spec]" in result.err
+
+    wrong_type = tmp_path / "wrong-type.json"
+    wrong_type.write_text(json.dumps({"spec": {"cluster": "local", "command": "true"}}))
+    result = up.dispatch("submit", str(wrong_type))
     assert result.code == 7, str(result)
-    assert "field spec.colour" in result.err
+    assert "spec.command" in result.err
 
     unknown = tmp_path / "unknown.toml"
     unknown.write_text('[spec]\ncluster = "mars"\ncommand = ["true"]\n')
@@ -546,3 +552,110 @@ def test_ctrl_c_stops_the_demo_and_everything_it_started(tmp_path: Path) -> None
     assert not (data / "up.json").exists()
     for obj in (data / "local" / "objects").iterdir():
         assert (obj / "status.json").exists(), f"object {obj.name} still running"
+
+
+def test_a_misspelt_key_and_an_integer_option_are_named_by_submit(up: Up, tmp_path: Path) -> None:
+    """Issue 16: ``comand =`` is named as an unknown key (not "neither a command nor a
+    script"), and ``gpus = 2`` keeps its key in the error."""
+    comand = tmp_path / "comand.toml"
+    comand.write_text('[spec]\ncluster = "local"\ncomand = ["python", "train.py"]\n')
+    result = up.dispatch("submit", str(comand))
+    assert result.code == 2, str(result)
+    assert "unknown key `comand` in [spec] (did you mean `command`?" in result.err
+    assert "neither a command nor a script" not in result.err
+
+    gpus = tmp_path / "gpus.toml"
+    gpus.write_text('[spec]\ncluster = "local"\ncommand = ["true"]\noptions = { gpus = 2 }\n')
+    result = up.dispatch("submit", str(gpus))
+    assert result.code == 2, str(result)
+    assert 'spec.options.gpus: expected a string, got an integer (2); quote it: gpus = "2"' in (
+        result.err
+    )
+
+
+# ------------------------------------------------------------------ status listing, completion
+
+
+def test_status_lists_cluster_age_and_checkpoint_filtered_and_a_page_at_a_time(
+    up: Up, job_file: JobFile, tmp_path: Path
+) -> None:
+    """``dispatch status`` shows each job's cluster, age and latest published checkpoint,
+    filters by --state and --cluster, and pages with --limit/--after (the last line names
+    the next page); ``--json`` gives the same page."""
+    from dispatch_ckpt import Checkpoints
+
+    ids = [f"zzpage-{i}" for i in (1, 2, 3)]
+    flags = []
+    for job_id in ids:
+        path = job_file(WAIT_FOR_FLAG, job_id=job_id)
+        body = json.loads(path.read_text())
+        body["spec"]["checkpoint"] = str(tmp_path / "ckpt" / "{job}")
+        path.write_text(json.dumps(body))
+        flags.append(flag_of(path))
+        assert submitted(up, path) == job_id
+    try:
+        for job_id in ids:
+            up.wait_status(job_id, running)
+        root = tmp_path / "ckpt" / "zzpage-2"
+        save = root / "exec" / "1" / "checkpoint-500"
+        save.mkdir(parents=True)
+        Checkpoints.open(str(root), attempt="1", epoch=10**6).publish(500, str(save))
+
+        first = up.dispatch("status", "--after", "zzpage-0", "--limit", "2")
+        assert first.code == 0, str(first)
+        lines = first.out.splitlines()
+        assert lines[0].split() == [
+            "JOB", "STATE", "CAUSE", "CLUSTER", "AGE", "CHECKPOINT", "SUB", "HOLD", "SETTLED",
+        ]  # fmt: skip
+        rows = [line.split() for line in lines[1:-1]]
+        assert [r[0] for r in rows] == ["zzpage-1", "zzpage-2"], first.out
+        assert all(r[1:4] == ["running", "none", "local"] for r in rows), first.out
+        assert all(re.fullmatch(r"\d+[smhd]", r[4]) for r in rows), first.out
+        assert rows[0][5] == "-", first.out  # the job wrote nothing: its root is not there
+        assert rows[1][5:7] == ["step", "500"], first.out
+        assert lines[-1] == "more: dispatch status --limit 2 --after zzpage-2", first.out
+
+        second = up.dispatch("status", "--limit", "2", "--after", "zzpage-2")
+        assert second.code == 0, str(second)
+        assert [line.split()[0] for line in second.out.splitlines()[1:]] == ["zzpage-3"]
+        assert "more:" not in second.out
+
+        filtered = up.dispatch(
+            "status", "--after", "zzpage-0", "--cluster", "local", "--state", "running"
+        )
+        assert [line.split()[0] for line in filtered.out.splitlines()[1:]] == ids
+        elsewhere = up.dispatch("status", "--after", "zzpage-0", "--cluster", "mars")
+        assert elsewhere.code == 0, str(elsewhere)
+        assert elsewhere.out.strip() == "no jobs match"
+        settled = up.dispatch("status", "--after", "zzpage-0", "--state", "succeeded")
+        assert "zzpage" not in settled.out
+
+        as_json = up.dispatch("status", "--after", "zzpage-0", "--limit", "2", "--json")
+        page = as_json.json()
+        assert page["next_after"] == "zzpage-2"
+        assert [j["job"]["job_id"] for j in page["jobs"]] == ["zzpage-1", "zzpage-2"]
+        assert page["jobs"][1]["cluster"] == "local"
+        assert page["jobs"][1]["checkpoint_root"] == str(root)
+        assert page["jobs"][1]["latest_checkpoint"] == "step 500"
+    finally:
+        for flag in flags:
+            flag.touch()
+    for job_id in ids:
+        up.wait_status(job_id, lambda s: s["settled"], timeout_s=120)
+
+
+def test_job_ids_complete_in_the_shell(up: Up, job_file: JobFile) -> None:
+    """click's completion protocol (what ``eval "$(_DISPATCH_COMPLETE=bash_source dispatch)"``
+    installs) completes a JOB argument from the API's jobs."""
+    job = submitted(up, job_file("true", job_id="zzcomplete-1"))
+    result = up.dispatch(
+        _DISPATCH_COMPLETE="bash_complete", COMP_WORDS="dispatch status zzcompl", COMP_CWORD="2"
+    )
+    assert result.code == 0, str(result)
+    assert result.out.split() == [f"plain,{job}"], str(result)
+    for command in ("watch", "hold", "supersede", "record"):
+        words = f"dispatch {command} zzcompl"
+        done = up.dispatch(_DISPATCH_COMPLETE="bash_complete", COMP_WORDS=words, COMP_CWORD="2")
+        assert done.out.split() == [f"plain,{job}"], (command, str(done))
+    source = up.dispatch(_DISPATCH_COMPLETE="bash_source")
+    assert "_DISPATCH_COMPLETE=bash_complete" in source.out, str(source)
