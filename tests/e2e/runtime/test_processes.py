@@ -90,10 +90,10 @@ async def test_killed_between_intent_and_launch_the_restarted_supervisor_complet
 async def test_killed_between_intent_and_launch_escalates_all_unknown_where_no_backend_can_settle(
     make_runtime: MakeRuntime,
 ) -> None:
-    """Test 4 on a backend that can't find a launch's object (declared without
-    ``idempotent_start``; Slurm today): restarted, the supervisor never launches that
-    attempt again (a second start could be a second object), and after the unresolved age
-    escalates ``all-unknown:1`` for a person (seed 002)."""
+    """Test 4 on a backend that can't find a launch's object (the local backend declared
+    without ``idempotent_start`` stands for one): restarted, the supervisor never launches
+    that attempt again (a second start could be a second object), and after the unresolved
+    age escalates ``all-unknown:1`` for a person (seed 002)."""
     rt = await make_runtime(idempotent_start=False)
     await rt.observer()
     crashing = await rt.supervisor_process(crash_after_intent="true")
