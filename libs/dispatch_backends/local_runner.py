@@ -12,7 +12,9 @@ slower because it imports the package)::
     python -m dispatch_backends.local_runner terminate <object dir>
 
 ``run`` forks once and the parent exits at once (so nobody has to reap the runner: it is
-re-parented); the child prints ``ready`` on stdout when it is listening, then:
+re-parented); the child prints ``ready`` on stdout when it is listening, then goes on whether
+or not anyone read it (a launcher killed mid-start must not take the object with it: the
+backend's next start of the same launch finds it; issue 15):
 
 1. *Gate.* It waits, without running the command, until ``control/gate-open`` exists and
    ``control/admin-hold`` does not. A ``stop``, ``preempt`` or ``emergency`` marker ends the

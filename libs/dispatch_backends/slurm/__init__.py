@@ -8,6 +8,8 @@ with slurmdbd accounting, recorded in ``tests/data/slurm/``) and ``shared/slurm-
   submission defaults, the cessation command).
 * :mod:`.parse`: pure parsers of ``squeue`` (text and JSON, openapi v0.0.38 to v0.0.41),
   ``sacct``, ``sinfo`` and ``scontrol`` output, and of dispatch's comment tag.
+* :mod:`.resume`: a repeated start of a launch whose sbatch was cut off finds the job it made
+  by its tag (idempotent per attempt, issue 15).
 * :mod:`.causes`: the cause table (Slurm's words kept verbatim in the detail).
 * :mod:`.observe`: one poll's outputs -> the objects dispatch sees (executions of native
   requeues, node loss, admin holds, foreign jobs).

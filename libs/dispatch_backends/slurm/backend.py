@@ -50,6 +50,7 @@ from dispatch_backends.slurm.parse import (
     parse_squeue_json,
     parse_squeue_text,
 )
+from dispatch_backends.slurm.resume import ResumeStep, find_launch, resume_step
 from dispatch_backends.slurm.script import InvalidSpec, submission
 from dispatch_backends.slurm.settings import Accounting, QueueFormat, SlurmSettings
 from dispatch_core.state import Action, Declarations, ObjectRef
@@ -174,10 +175,13 @@ class SlurmBackend:
             native_actions=frozenset({Action.REQUEUE}),
             cessation_signal=bool(self._settings.cessation_command) and hasattr(self, "cessation"),
             emergency_stop=True,
+            idempotent_start=True,
         )
 
     async def start(self, launch: Launch) -> ObjectRef:
-        """Submit ``launch`` with ``sbatch --hold`` (the closed gate); return its job id.
+        """Submit ``launch`` with ``sbatch --hold`` (the closed gate); return its job id. A
+        repeated start of a launch whose outcome was lost (``launch.resume``) first looks for
+        the job an earlier sbatch of it made (:mod:`.resume`): idempotent per attempt.
 
         Raises:
             LaunchRefusedError: the spec can't be submitted, or sbatch said no (its words).
@@ -185,6 +189,10 @@ class SlurmBackend:
                 printed no job id: a job may exist (discovery finds it by its comment).
             Unreachable: sbatch could not reach slurmctld (nothing was made).
         """
+        if launch.resume:
+            made = await self._made_by_a_cut_off_sbatch(launch)
+            if made is not None:
+                return made
         token = secrets.token_hex(4)
         exclude = launch.exclude_nodes if self._settings.exclude_lost_nodes else ()
         try:
@@ -216,6 +224,50 @@ class SlurmBackend:
             },
         )
         return ObjectRef(cluster=self._cluster, id=job_id)
+
+    async def _made_by_a_cut_off_sbatch(self, launch: Launch) -> ObjectRef | None:
+        """For a repeated start of a launch (``Launch.resume``): the job an earlier, cut-off
+        sbatch of it made, found by its tag in ``squeue``; ``None`` when a new sbatch may be
+        run (see :mod:`.resume`).
+
+        Raises:
+            LaunchUnknownError: an earlier sbatch may still be running, or the intent is
+                older than MinJobAge and squeue lists no job of it (nothing was submitted).
+            Unreachable: squeue could not reach slurmctld (nothing was submitted).
+        """
+        settings = self._settings
+        age_s = (self._clock() - launch.intent.at).total_seconds()
+        step = resume_step(
+            age_s, sbatch_settle_s=settings.sbatch_settle_s, min_job_age_s=settings.min_job_age_s
+        )
+        if step is ResumeStep.WAIT:
+            raise LaunchUnknownError(
+                self._cluster,
+                f"an sbatch of this launch cut off {age_s:.0f} s ago may still be running; "
+                f"it is looked for {settings.sbatch_settle_s:g} s after the intent",
+            )
+        found = find_launch(
+            await self._squeue(), launch.intent.job_id, launch.submission, launch.attempt
+        )
+        if found is not None:
+            log.info(
+                "slurm.job.found_again",
+                extra={
+                    "job_id": launch.intent.job_id,
+                    "slurm_job": found,
+                    "submission": launch.submission,
+                    "attempt": launch.attempt,
+                },
+            )
+            return ObjectRef(cluster=self._cluster, id=found)
+        if step is ResumeStep.LOOK_ONLY:
+            raise LaunchUnknownError(
+                self._cluster,
+                f"squeue lists no job of this launch, but its intent is {age_s:.0f} s old, "
+                f"past MinJobAge ({settings.min_job_age_s:g} s): a job a cut-off sbatch made "
+                "may have ended and been forgotten",
+            )
+        return None
 
     async def _queue_state(self, ref: ObjectRef) -> tuple[str, str]:
         result = await self._runner.run(

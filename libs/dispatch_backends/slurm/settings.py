@@ -95,6 +95,14 @@ class SlurmSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             exit 0 means the object's processes are gone, any other exit means not (yet).
             Empty: the backend has no cessation signal.
         cessation_timeout_s: seconds the cessation command may take (then: not ceased).
+        sbatch_settle_s: seconds after a launch's intent by which an ``sbatch`` of it that
+            its supervisor's death cut off has surely finished (it runs on in its own
+            session; a client that can't reach slurmctld gives up after about 9 s with the
+            default ``MessageTimeout``, and a few retries): only then does a repeated start
+            of the launch look for the job it made (:mod:`.resume`).
+        min_job_age_s: the cluster's ``MinJobAge`` (Slurm's default 300 s): how long
+            slurmctld keeps listing an ended job. Past it, a repeated start that finds no job
+            of the launch can't tell that none was made, and leaves the outcome unknown.
     """
 
     node_loss_window_s: float = 600.0
@@ -114,6 +122,8 @@ class SlurmSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     extra_args: tuple[str, ...] = ()
     cessation_command: tuple[str, ...] = ()
     cessation_timeout_s: float = 60.0
+    sbatch_settle_s: float = 120.0
+    min_job_age_s: float = 300.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -121,6 +131,8 @@ class SlurmSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             "accounting_grace_s",
             "command_timeout_s",
             "cessation_timeout_s",
+            "sbatch_settle_s",
+            "min_job_age_s",
         ):
             value = getattr(self, name)
             if not value > 0:

@@ -90,10 +90,10 @@ async def test_killed_between_intent_and_launch_the_restarted_supervisor_complet
 async def test_killed_between_intent_and_launch_escalates_all_unknown_where_no_backend_can_settle(
     make_runtime: MakeRuntime,
 ) -> None:
-    """Test 4 on a backend that can't find a launch's object (declared without
-    ``idempotent_start``; Slurm today): restarted, the supervisor never launches that
-    attempt again (a second start could be a second object), and after the unresolved age
-    escalates ``all-unknown:1`` for a person (seed 002)."""
+    """Test 4 on a backend that can't find a launch's object (the local backend declared
+    without ``idempotent_start`` stands for one): restarted, the supervisor never launches
+    that attempt again (a second start could be a second object), and after the unresolved
+    age escalates ``all-unknown:1`` for a person (seed 002)."""
     rt = await make_runtime(idempotent_start=False)
     await rt.observer()
     crashing = await rt.supervisor_process(crash_after_intent="true")
@@ -410,11 +410,16 @@ async def test_40_supervisor_kills_during_150_launches_fail_nothing_and_duplicat
     try:
         supervisor = await rt.supervisor_process(name="supervisor-0", max_concurrent_passes="16")
         pending = list(jobs)
-        for i in range(40):
-            for job_id in pending[:10]:  # the burst: ten jobs before each of the first kills
+        # The 16 kills at chosen points happen while jobs are still being submitted (and
+        # launched); the rest of the 40 at random moments.
+        early = ["intent"] * 8 + ["mid-start"] * 8 + ["random"] * 8
+        rng.shuffle(early)
+        kinds = early + ["random"] * 16
+        for i, kind in enumerate(kinds):
+            for job_id in pending[:7]:  # the burst: jobs before each of the first kills
                 await rt.submit(job_id, rt.spec(commands[job_id]), _resubmit(20))
-            del pending[:10]
-            if i % 5 == 2:
+            del pending[:7]
+            if kind == "mid-start":
                 # Killed in the middle of a start: the runner was asked for and has not
                 # said "ready" yet (it must run on).
                 await asyncio.to_thread(rt.backend.faults.die_in_start_next, 1)
@@ -424,7 +429,7 @@ async def test_40_supervisor_kills_during_150_launches_fail_nothing_and_duplicat
                 except TimeoutError:  # no start came: killed at a random moment instead
                     await asyncio.to_thread(rt.backend.faults.clear)
                     await supervisor.kill()
-            elif i % 5 == 4:
+            elif kind == "intent":
                 # Killed right after a launch intent, before the backend was called.
                 await supervisor.kill()
                 supervisor = await _self_killing_supervisor(rt, f"supervisor-{i + 1}")
@@ -440,7 +445,8 @@ async def test_40_supervisor_kills_during_150_launches_fail_nothing_and_duplicat
             supervisor = await rt.supervisor_process(
                 name=f"supervisor-{i + 1}b", max_concurrent_passes="16"
             )
-        assert not pending
+        for job_id in pending:
+            await rt.submit(job_id, rt.spec(commands[job_id]), _resubmit(20))
 
         async def all_settled() -> None:
             statuses = await rt.statuses.get_all()

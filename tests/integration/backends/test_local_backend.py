@@ -571,7 +571,7 @@ async def test_a_start_cut_off_before_its_runner_is_completed_by_the_next(
         (path / "meta.json").write_bytes(msgspec.json.encode(meta))
         raise TimeoutError("the launcher died here")
 
-    backend._store.launch = die_before_the_runner  # type: ignore[method-assign,assignment]
+    backend._store.launch = die_before_the_runner  # type: ignore[method-assign]
     try:
         with pytest.raises(Exception, match="the launcher died here"):
             await backend.start(launch)

@@ -373,8 +373,15 @@ class Sim:
         of (N, a) made (a second start returns it); else ``None``."""
         if not self.declarations.idempotent_start:
             return None
+        job = self.job
         for obj in self.objects.values():
-            if (obj.submission, obj.attempt) == (submission, attempt) and not obj.foreign:
+            if (
+                (obj.submission, obj.attempt) == (submission, attempt)
+                and not obj.foreign
+                # One the record already holds (a duplicate a test made appear before the
+                # attempt existed) would be a moot fact the supervisor drops.
+                and job.object(obj.ref) is None
+            ):
                 return obj.ref
         return None
 

@@ -203,9 +203,9 @@ def test_a_cancelled_job_whose_launch_was_cut_off_settles_without_a_person() -> 
 
 
 def test_a_backend_that_cannot_find_a_launch_leaves_it_to_a_person() -> None:
-    """Without ``idempotent_start`` (Slurm today) a second start could be a second object:
-    the launch whose answer was lost is never started again, and after the unresolved age
-    ``all-unknown:1`` asks a person (seed 002)."""
+    """Without ``idempotent_start`` (a scheduler that can't find a launch's object) a second
+    start could be a second object: the launch whose answer was lost is never started again,
+    and after the unresolved age ``all-unknown:1`` asks a person (seed 002)."""
     sim = _crashed_launch(NOT_IDEMPOTENT)
     sim.tick(RESUME_INTERVAL_S)
     assert not actions(sim.step(), Launch)

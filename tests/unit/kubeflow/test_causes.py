@@ -387,7 +387,7 @@ SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
 """kubernetes/kubernetes pkg/kubelet/nodeshutdown/nodeshutdown_manager.go,
 ``nodeShutdownMessage`` (with ``nodeShutdownReason`` = ``Terminated``)."""
 
-SHAPES = {
+SHAPES: dict[str, dict[str, Any]] = {
     # A kubelet with PodDisruptionConditions: the condition and the status reason.
     "disruption-target": {
         "reason": "Terminated",
@@ -444,7 +444,7 @@ def test_a_graceful_node_shutdown_is_preempted_or_node_lost_by_the_node(
         pod(
             phase="Failed",
             terminated={"exitCode": 143, "reason": "Error"},
-            **given,  # type: ignore[arg-type]
+            **given,
         ),
     )
     cause = failed(shut, nodes=nodes)
@@ -466,7 +466,7 @@ def test_the_shutdown_comes_before_the_other_pods_exits() -> None:
         pod(
             phase="Failed",
             terminated={"exitCode": 143, "reason": "Error"},
-            **SHAPES["status-terminated"],  # type: ignore[arg-type]
+            **SHAPES["status-terminated"],
         )
     )
     peer = pod(
