@@ -603,7 +603,13 @@ class RecordStore:
             )
             subjects: dict[str, int] = (info.get("state") or {}).get("subjects") or {}
             for subject, n in subjects.items():
-                job_id = self._layout.job_id_from_record_subject(subject)
+                try:
+                    job_id = self._layout.job_id_from_record_subject(subject)
+                except InvalidName:
+                    # Not a job dispatch could name (a raw publish into the stream's
+                    # wildcard): no job's record, and no reason to fail every job's listing.
+                    log.warning("record.unnamed_subject", extra={"subject": subject})
+                    continue
                 counts[job_id] = counts.get(job_id, 0) + int(n)
             offset += len(subjects)
             if not subjects or offset >= int(info.get("total") or 0):

@@ -198,3 +198,6 @@ async def test_an_event_on_a_subject_naming_no_writer_kind_fails_that_jobs_read(
     assert await stores[SUP].job_event_counts() == {"job-1": 2, "job-2": 1}
     assert [e.seq for e in await stores[SUP].read("job-1", after_seq=ack.seq)] == []
     assert s1 < ack.seq
+    # A subject no job id can be read from is no job's: the listing goes on without it.
+    await js.publish(f"{streams.root}.record.Not_A_Job.api", b"x")
+    assert await stores[SUP].list_jobs() == ["job-1", "job-2"]
