@@ -55,6 +55,7 @@ __all__ = [
     "KubeLabError",
     "KubeLabMissing",
     "LaneTimings",
+    "collection_path",
     "lab_binaries",
 ]
 
@@ -483,6 +484,11 @@ class KubeApiServer:
             data = {"message": answer.data.decode(errors="replace")}
         return answer.status, data
 
+    def create(self, doc: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """POST one manifest document (as the admin) to its collection: server-side validation
+        of every built-in kind. Returns the status and the answer."""
+        return self.request("POST", collection_path(doc), doc)
+
     # -- etcd -------------------------------------------------------------------------------
 
     def etcd_revision(self) -> int:
@@ -498,6 +504,21 @@ class KubeApiServer:
             self.etcd_port, "/v3/kv/compaction", {"revision": str(revision), "physical": True}
         )
         return revision
+
+
+_CLUSTER_SCOPED = frozenset({"Namespace", "ClusterRole", "ClusterRoleBinding", "Node"})
+_PLURALS = {"Ingress": "ingresses", "NetworkPolicy": "networkpolicies"}
+
+
+def collection_path(doc: dict[str, Any]) -> str:
+    """The API path of the collection a manifest document is created in."""
+    api_version, kind = str(doc["apiVersion"]), str(doc["kind"])
+    base = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
+    plural = _PLURALS.get(kind, kind.lower() + "s")
+    if kind in _CLUSTER_SCOPED:
+        return f"{base}/{plural}"
+    namespace = (doc.get("metadata") or {}).get("namespace") or "default"
+    return f"{base}/namespaces/{namespace}/{plural}"
 
 
 def _b64(text: str) -> str:

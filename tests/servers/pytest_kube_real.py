@@ -18,12 +18,30 @@ import os
 import secrets
 import sys
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from tests.servers.kube import KubeApiServer, KubeLabMissing
 
-__all__ = ["kube_lab", "kube_ns"]
+__all__ = ["DEPLOY_DIR", "SA_NAME", "SA_NAMESPACE", "kube_dispatch_token", "kube_lab", "kube_ns"]
+
+DEPLOY_DIR = Path(__file__).resolve().parent.parent.parent / "deploy" / "kubernetes"
+SA_NAMESPACE = "dispatch-system"
+SA_NAME = "dispatch"
+RBAC_FILES = ("00-namespaces.yaml", "10-serviceaccount.yaml", "20-rbac.yaml")
+
+
+def manifest_docs(*names: str) -> list[dict[str, Any]]:
+    """The documents of ``deploy/kubernetes/<name>`` (every ``*.yaml`` when none is named)."""
+    files = [DEPLOY_DIR / n for n in names] or sorted(DEPLOY_DIR.glob("*.yaml"))
+    docs: list[dict[str, Any]] = []
+    for path in files:
+        with path.open() as f:
+            docs.extend(d for d in yaml.safe_load_all(f) if d)
+    return docs
 
 
 @pytest.fixture(scope="session")
@@ -57,6 +75,18 @@ def _say(config: pytest.Config, words: str) -> None:
     with capture.global_and_fixture_disabled():
         reporter.ensure_newline()
         reporter.write_line(words)
+
+
+@pytest.fixture(scope="session")
+def kube_dispatch_token(kube_lab: KubeApiServer) -> str:
+    """The namespaces, ServiceAccount and RBAC of ``deploy/kubernetes`` applied to the
+    session's server, and a token of ``dispatch-system/dispatch`` (TokenRequest API): what the
+    observer and the supervisors run as. Backends built with it have exactly that RBAC."""
+    for doc in manifest_docs(*RBAC_FILES):
+        status, answer = kube_lab.create(doc)
+        if status not in (201, 409):
+            raise AssertionError(f"{doc['kind']} {doc['metadata']['name']}: {status} {answer}")
+    return kube_lab.service_account_token(SA_NAMESPACE, SA_NAME)
 
 
 @pytest.fixture

@@ -232,9 +232,13 @@ def real_simulated(
 
 
 @pytest.fixture
-def real_kube_env(kube_lab: KubeApiServer) -> Iterator[tuple[Any, ClusterSimulator]]:
-    """:func:`real_simulated` with the simulator's defaults."""
-    with real_simulated(kube_lab) as env:
+def real_kube_env(
+    kube_lab: KubeApiServer, kube_dispatch_token: str
+) -> Iterator[tuple[Any, ClusterSimulator]]:
+    """:func:`real_simulated` with the simulator's defaults; the backend runs as the
+    ServiceAccount of ``deploy/kubernetes`` (its token, its RBAC), so every operation the
+    tests make it perform is one that RBAC allows."""
+    with real_simulated(kube_lab, token=kube_dispatch_token) as env:
         yield env
 
 
