@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -21,6 +21,7 @@ from tests.fakes.kube_controller import ClusterSimulator
 from tests.fakes.kube_store import TRAINJOBS
 from tests.integration.backends.test_kubeflow_scenarios import ended, name_of, running, step
 from tests.integration.backends.test_kubeflow_support import NS, KubeflowHarness, real_kube_env
+from tests.servers.kube_lane import RealKube
 from tests.util import assert_eventually
 
 __all__ = ["real_kube_env"]
@@ -45,7 +46,7 @@ async def test_a_watch_cut_on_the_wire_resumes_from_its_resource_version(
     ref = await running(harness, job)
     pods: Reflector = harness.backend._reflectors[("pods", NS)]
     lists, watches = pods.lists, pods.watches
-    proxy = harness.server.proxy
+    proxy = cast(RealKube, harness.server).proxy
     with proxy.refusing():  # every open watch is cut; reconnecting fails meanwhile
         await step(harness.cluster.preempt_by_scheduler, NS, name_of(ref))
 
@@ -87,7 +88,7 @@ async def test_evidence_lost_in_a_real_410_gap_is_unknown_never_a_guess(
     # reason was never seen. The cause says so; it is neither 143 nor a guessed preemption.
     job = new_job_id()
     ref = await running(harness, job)
-    env = harness.server
+    env = cast(RealKube, harness.server)
     with env.proxy.refusing():
         await step(harness.cluster.preempt_by_scheduler, NS, name_of(ref))
         await asyncio.to_thread(env.lab.compact)
