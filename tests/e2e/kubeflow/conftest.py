@@ -1,5 +1,5 @@
-"""Fixtures of the kubeflow backend's end-to-end tests: one nats-server and the real-apiserver
-lane for the session."""
+"""Fixtures of the kubeflow backend's end-to-end tests: one nats-server for the session (the
+real-apiserver lane comes from tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,6 @@ from collections.abc import Iterator
 import pytest
 
 from tests.servers.nats import NatsServer
-from tests.servers.pytest_kube_real import kube_dispatch_token, kube_lab
-
-__all__ = ["kube_dispatch_token", "kube_lab", "nats_server"]
 
 
 @pytest.fixture(scope="session")
