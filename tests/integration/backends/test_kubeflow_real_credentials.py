@@ -15,9 +15,10 @@ import pytest
 
 from dispatch_backends.kubeflow import GateMode, KubeflowBackend, KubeflowSettings
 from dispatch_backends.protocol import BackendError, LaunchRefusedError, Snapshot, Unreachable
-from dispatch_core.state import JobSpec, ObjectPhase
+from dispatch_core.state import CauseKind, JobSpec, ObjectPhase
 from tests.contract.backend_contract import Program, make_launch, new_job_id
 from tests.fakes.kube_controller import ClusterSimulator
+from tests.fakes.kube_store import TRAINJOBS
 from tests.integration.backends.test_kubeflow_scenarios import running
 from tests.integration.backends.test_kubeflow_support import NS, KubeflowHarness, real_kube_env
 from tests.servers.kube import KubeApiServer
@@ -144,3 +145,84 @@ async def test_a_namespace_without_a_binding_refuses_the_create_with_the_rbac_wo
     finally:
         await backend.aclose()
         api.close()
+
+
+ROLE = "/apis/rbac.authorization.k8s.io/v1/clusterroles/dispatch-kubeflow-backend"
+
+
+@contextlib.contextmanager
+def pod_lists_forbidden(lab: KubeApiServer) -> Iterator[None]:
+    """The ServiceAccount's role loses ``list`` on pods (``watch`` stays); restored after."""
+    status, role = lab.request("GET", ROLE)
+    assert status == 200, role
+    rules = [
+        {**r, "verbs": [v for v in r["verbs"] if v != "list"]} if r["resources"] == ["pods"] else r
+        for r in role["rules"]
+    ]
+    status, answer = lab.request(
+        "PATCH", ROLE, {"rules": rules}, content_type="application/merge-patch+json"
+    )
+    assert status == 200, answer
+    try:
+        yield
+    finally:
+        status, answer = lab.request(
+            "PATCH", ROLE, {"rules": role["rules"]}, content_type="application/merge-patch+json"
+        )
+        assert status == 200, answer
+
+
+async def test_a_relist_refused_after_a_real_410_changes_no_job_and_discovery_recovers(
+    harness: KubeflowHarness,
+) -> None:
+    """The pod watch expires (410, etcd compaction) and its relist is refused (RBAC): the
+    backend must not report from a pod cache it can no longer refresh, nor call the job ended
+    or gone."""
+    job = new_job_id()
+    ref = await running(harness, job)
+    env = cast(RealKube, harness.server)
+    pods = harness.backend._reflectors[("pods", NS)]
+    lists = pods.lists
+    with pod_lists_forbidden(env.lab):
+        await asyncio.to_thread(env.expire_watch_cache)
+
+        def relist_refused() -> None:
+            assert pods.error_status == 403, pods.error
+
+        await assert_eventually(relist_refused, timeout_s=60)
+        for _ in range(3):  # every poll while refused: an error, never a snapshot
+            err = await refused(harness)
+            assert f'User "{SA_USER}" cannot list resource "pods"' in err.detail, err.detail
+        assert harness.trainjob(ref) is not None, "nothing was deleted"
+    snapshot = await recovered(harness)
+    shown = [o for o in snapshot.objects.get(job, ()) if o.ref == ref]
+    assert [o.phase for o in shown] == [ObjectPhase.RUNNING]
+    assert pods.lists > lists
+    await asyncio.to_thread(harness.cluster.oom_kill, NS, ref.id.partition("/")[2])
+    observed = await harness.wait_phase(job, ref, ObjectPhase.ENDED)
+    assert observed.cause is not None
+    assert observed.cause.kind is CauseKind.OUT_OF_MEMORY, observed.cause
+
+
+async def test_a_create_unauthorized_is_unreachable_and_the_retry_makes_one_trainjob(
+    harness: KubeflowHarness,
+) -> None:
+    """401: the API server never got as far as the launch (an expired token): nothing was
+    made, and the same launch retried with a good token makes its TrainJob once."""
+    launch = make_launch(new_job_id(), harness.spec(Program.SLEEP))
+    config = harness.api.configuration
+    good = config.api_key["authorization"]
+    config.api_key["authorization"] = "expired"
+    try:
+        with pytest.raises(Unreachable, match="401"):
+            await harness.backend.start(launch)
+    finally:
+        config.api_key["authorization"] = good
+    store = cast(RealKube, harness.server).store
+    items, _, _ = store.list_objects(TRAINJOBS, NS)
+    assert items == []
+    ref = await harness.backend.start(launch)
+    harness.started.append(ref)
+    assert await harness.backend.start(launch) == ref  # a lost answer's retry finds it
+    items, _, _ = store.list_objects(TRAINJOBS, NS)
+    assert [i["metadata"]["name"] for i in items] == [ref.id.partition("/")[2]]
