@@ -292,6 +292,8 @@ class KubeApiServer:
                 "--enable-priority-and-fairness=false",
                 "--disable-admission-plugins=ServiceAccount",
                 "--watch-cache-sizes=pods#0",
+                # no periodic compaction: only compact() expires resourceVersions
+                "--etcd-compaction-interval=0",
                 "--v=1",
             ],
             "apiserver.log",
