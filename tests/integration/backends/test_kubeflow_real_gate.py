@@ -192,3 +192,44 @@ async def test_a_refusal_that_a_new_read_does_not_explain_is_not_retried(
         assert len(calls) == 1  # read, patch refused, read again: same object, so it stops
     finally:
         await backend.aclose()
+
+
+async def test_a_409_after_a_concurrent_write_is_read_again_and_retried(
+    admin: Any, kube_ns: str
+) -> None:
+    """A 409 Conflict (the object changed under the request) is retried like the 422. The
+    server answers a JSON patch without a resourceVersion with 422, not 409, so the 409 is
+    the answer a proxy or an older server could give: the stand-in makes the concurrent
+    write for real, then answers 409 for the first patch."""
+    backend = _backend(admin, kube_ns, GateMode.KUEUE)
+    try:
+        ref = await _started(backend)
+        namespace, name = ref.id.split("/")
+        group, version, plural = TRAINER
+        custom: Any = k8s.CustomObjectsApi(admin)
+        real = backend._custom.patch_namespaced_custom_object
+        answers: list[int] = []
+
+        def conflict_once(*args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("_content_type") == "application/json-patch+json" and not answers:
+                custom.patch_namespaced_custom_object(
+                    group,
+                    version,
+                    namespace,
+                    plural,
+                    name,
+                    {"metadata": {"labels": {"touched": "yes"}}},
+                    _content_type=MERGE,
+                )
+                answers.append(409)
+                raise k8s.ApiException(status=409, reason="Conflict")
+            answer = real(*args, **kwargs)
+            answers.append(200)
+            return answer
+
+        backend._custom.patch_namespaced_custom_object = conflict_once  # type: ignore[method-assign]
+        await backend.open_gate(ref)
+        assert answers == [409, 200]
+        assert ADMISSION_GATED_BY not in (_read(admin, ref)["metadata"].get("annotations") or {})
+    finally:
+        await backend.aclose()
