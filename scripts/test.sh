@@ -5,11 +5,11 @@
 #
 # 1. installs dispatch and its test tools into ./.venv (scripts/install.sh);
 # 2. starts the Slurm test cluster (scripts/slurm-cluster.sh start; needs root on Debian 12);
-#    provides the real-apiserver lane's binaries (scripts/kube-apiserver.sh install: etcd from
-#    the venv, kube-apiserver 1.20.2 from $DISPATCH_KUBE_APISERVER or ../shared/tools, else
-#    built once from Debian's source); nats-server, the S3 servers (SeaweedFS, moto) and the
-#    lane's etcd + kube-apiserver are started by the tests themselves;
-# 3. runs ruff, mypy and pytest. A run that selects no test fails.
+#    nats-server and the S3 servers (SeaweedFS, moto) are started by the tests themselves;
+# 3. runs ruff, mypy and pytest. A run that selects no test fails. Before pytest it provides the
+#    real-apiserver lane's binaries (scripts/kube-apiserver.sh install: etcd from the venv,
+#    kube-apiserver 1.20.2 from $DISPATCH_KUBE_APISERVER or ../shared/tools, else built once from
+#    Debian's source); the tests start etcd + kube-apiserver themselves.
 #
 # Settings: DISPATCH_SKIP_INSTALL=1 skips step 1; DISPATCH_SKIP_SLURM=1 skips step 2 and
 # deselects the tests marked `slurm` (for a machine without root; CI never sets it).
@@ -32,14 +32,14 @@ elif [ -x scripts/slurm-cluster.sh ]; then
     bash scripts/slurm-cluster.sh start
 fi
 
-say "real-apiserver lane: binaries (scripts/kube-apiserver.sh install)"
-DISPATCH_VENV=$venv bash scripts/kube-apiserver.sh install
-
 say "lint: ruff check, ruff format --check"
 "$venv/bin/ruff" check .
 "$venv/bin/ruff" format --check .
 say "types: mypy (strict)"
 "$venv/bin/mypy"
+
+say "real-apiserver lane: binaries (scripts/kube-apiserver.sh install)"
+DISPATCH_VENV=$venv bash scripts/kube-apiserver.sh install
 
 say "tests: pytest"
 export DISPATCH_REQUIRE_SERVICES=1
