@@ -11,6 +11,10 @@
 #
 # Settings: DISPATCH_SKIP_INSTALL=1 skips step 1; DISPATCH_SKIP_SLURM=1 skips step 2 and
 # deselects the tests marked `slurm` (for a machine without root; CI never sets it).
+#
+# Before pytest, the real-apiserver lane's binaries are provided (scripts/kube-apiserver.sh
+# install: etcd from the venv, kube-apiserver 1.20.2 from $DISPATCH_KUBE_APISERVER or
+# ../shared/tools, else built once from Debian's source); the tests start them.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -39,6 +43,9 @@ say "lint: ruff check, ruff format --check"
 "$venv/bin/ruff" format --check .
 say "types: mypy (strict)"
 "$venv/bin/mypy"
+
+say "real-apiserver lane: binaries (scripts/kube-apiserver.sh install)"
+DISPATCH_VENV=$venv bash scripts/kube-apiserver.sh install
 
 say "tests: pytest"
 export DISPATCH_REQUIRE_SERVICES=1

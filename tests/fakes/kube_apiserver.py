@@ -1,9 +1,8 @@
 """TEST DOUBLE: a fake Kubernetes API server, for tests only; it is not kube-apiserver.
 
-No kube-apiserver can run on the project's machines (see ``shared/labs/kubeflow-facts.md``,
-Part A), so the kubeflow backend's tests point the real ``kubernetes`` Python client at this
-aiohttp server over loopback HTTP. It serves the paths, verbs, status codes, ``Status`` bodies and
-watch protocol that the backend relies on, for:
+The real ``kubernetes`` Python client talks to this aiohttp server over loopback HTTP. It serves
+the paths, verbs, status codes, ``Status`` bodies and watch protocol that the backend relies on,
+for:
 
 - ``trainer.kubeflow.org/v1alpha1`` ``trainjobs`` (validated against the real v2.3.0 CRD,
   ``tests/data/kubeflow-crds``), ``jobset.x-k8s.io/v1alpha2`` ``jobsets``,
@@ -31,20 +30,16 @@ reconnect when ``timeout_seconds`` is passed; no reconnect once no event carried
 ``resourceVersion``) follow from that and are pinned by ``tests/unit/kube_fake``.
 
 Fault injection is a Python API (:class:`Faults`, plus :meth:`FakeKubeApiServer.drop_watches` and
-:meth:`FakeKubeApiServer.expire_watch_cache`), so a test states the fault where it happens. Besides
-the outages (500/429/503/504), ``Faults.fail_next`` answers 401 Unauthorized (expired or revoked
-credentials) and 403 Forbidden (RBAC refused), with the ``Status`` bodies kube-apiserver sends:
-401 is the authentication filter's bare ``Unauthorized`` (no details), 403 is
-``apierrors.NewForbidden`` around the RBAC authorizer's words
-(``trainjobs.trainer.kubeflow.org is forbidden: User "..." cannot list resource "trainjobs" in
-API group "trainer.kubeflow.org" in the namespace "team-a"``, details ``group``/``kind``/``name``),
-the verb read from the request as the API server does (``watch`` for ``?watch=true``). Both are
-answered before the request reaches a handler, as authentication and authorization are: a watch
-refused this way is a plain 403 answer, never an ``ERROR`` event.
+:meth:`FakeKubeApiServer.expire_watch_cache`), so a test states the fault where it happens: the
+outages (500/429/503/504), a watch dropped after a chosen event. The Kubeflow backend's tests
+run on a real kube-apiserver (``tests/servers/kube.py``, see ``tests/README.md``); this fake
+stays for the faults that must hit one exact request or event, and for its own unit tests.
+Credentials refused (401/403), RBAC, resourceVersions, watches and 410 Expired are the real
+server's, on that lane.
 
 Known deviations from a real API server:
 
-- No authentication or authorization (only the injected 401/403 faults above), admission
+- No authentication or authorization (the real-apiserver lane has both), admission
   webhooks (tests can add Python hooks to the store), API priority and fairness, or server-side
   apply (``application/apply-patch+yaml`` gets 415), no ``managedFields``, no ``dryRun`` (400),
   no ``deletecollection`` (405), no discovery.
@@ -95,7 +90,6 @@ from tests.fakes.kube_store import (
 )
 
 __all__ = [
-    "DEFAULT_USER",
     "EVENTS",
     "JOBS",
     "JOBSETS",
@@ -125,13 +119,7 @@ _FAULT_REASONS = {
     500: ("InternalError", "Internal error occurred: fault injected by the test double"),
     503: ("ServiceUnavailable", "The server is currently unable to handle the request"),
     504: ("Timeout", "The server was unable to return a response in the time allotted"),
-    # kube-apiserver's authentication filter: apierrors.NewUnauthorized("Unauthorized")
-    401: ("Unauthorized", "Unauthorized"),
-    # The message is built per request (see _forbidden), as the RBAC authorizer's is.
-    403: ("Forbidden", ""),
 }
-DEFAULT_USER = "system:serviceaccount:dispatch:dispatch"
-"""The user a 403 names when the test names none (the in-cluster service account)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,7 +141,6 @@ class _FailRule:
     method: str | None
     path_contains: str | None
     watch: bool | None
-    user: str
 
     def applies(self, method: str, path: str, is_watch: bool) -> bool:
         return (
@@ -188,20 +175,18 @@ class Faults:
         method: str | None = None,
         path_contains: str | None = None,
         watch: bool | None = None,
-        user: str = DEFAULT_USER,
     ) -> None:
         """Answer the next ``count`` matching requests with ``status`` and a ``Status`` body.
 
         Args:
             count: how many requests get the error.
-            status: 500 (InternalError), 429 (TooManyRequests), 503, 504 (the outages), 401
-                (Unauthorized: credentials expired or revoked) or 403 (Forbidden: RBAC refused
-                the verb on the resource, in the API server's words).
+            status: 500 (InternalError), 429 (TooManyRequests), 503, 504 (the outages).
+                Credentials refused (401/403) are the real server's, on the real-apiserver
+                lane (tests/integration/backends/test_kubeflow_real_credentials.py).
             retry_after: seconds for a ``Retry-After`` header (and ``details.retryAfterSeconds``).
             method: only requests with this HTTP method (``GET``, ``POST``, ...).
             path_contains: only requests whose path contains this text (``/trainjobs``).
             watch: only watch requests (True), only non-watch requests (False), or both (None).
-            user: the user a 403's message names.
         """
         if status not in _FAULT_REASONS:
             raise ValueError(f"fail_next: status {status} is not one of {sorted(_FAULT_REASONS)}")
@@ -214,7 +199,6 @@ class Faults:
                     method=method,
                     path_contains=path_contains,
                     watch=watch,
-                    user=user,
                 )
             )
 
@@ -543,8 +527,6 @@ class FakeKubeApiServer:
             if rule.retry_after is not None:
                 headers["Retry-After"] = str(rule.retry_after)
                 details["retryAfterSeconds"] = rule.retry_after
-            if rule.status == 403:
-                message, details = self._forbidden(request, is_watch, rule.user)
             self._record(request, rule.status)
             return _status_response(
                 ApiError(rule.status, reason, message, details=details, headers=headers)
@@ -556,44 +538,6 @@ class FakeKubeApiServer:
         if isinstance(response, web.Response):  # a watch stream recorded itself when it opened
             self._record(request, response.status)
         return response
-
-    def _forbidden(
-        self, request: web.Request, is_watch: bool, user: str
-    ) -> tuple[str, dict[str, Any]]:
-        """A 403's message and details, as ``apierrors.NewForbidden`` words the RBAC
-        authorizer's refusal of this request (``forbiddenMessage`` in k8s.io/apiserver)."""
-        try:
-            target = self._target(request)
-        except ApiError:
-            target = None
-        if not isinstance(target, _Target):
-            words = f"cannot {request.method.lower()} path {json.dumps(request.path)}"
-            return f"User {json.dumps(user)} {words}", {}
-        rt, name = target.rt, target.name
-        verb = {
-            "POST": "create",
-            "PUT": "update",
-            "PATCH": "patch",
-            "DELETE": "delete" if name else "deletecollection",
-        }.get(request.method, "watch" if is_watch else "get" if name else "list")
-        resource = rt.plural + (f"/{target.subresource}" if target.subresource else "")
-        where = (
-            f"in the namespace {json.dumps(target.namespace)}"
-            if target.namespace
-            else "at the cluster scope"
-        )
-        why = (
-            f"User {json.dumps(user)} cannot {verb} resource {json.dumps(resource)} "
-            f"in API group {json.dumps(rt.group)} {where}"
-        )
-        qualified = f"{rt.plural}.{rt.group}" if rt.group else rt.plural
-        subject = f"{qualified} {json.dumps(name)}" if name else qualified
-        details: dict[str, Any] = {"kind": rt.plural}
-        if name:
-            details["name"] = name
-        if rt.group:
-            details["group"] = rt.group
-        return f"{subject} is forbidden: {why}", details
 
     def _target(self, request: web.Request) -> _Target | web.Response:
         parts = [p for p in request.path.split("/") if p]

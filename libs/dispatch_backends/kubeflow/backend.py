@@ -288,15 +288,31 @@ class KubeflowBackend:
         """Open dispatch's own gate of ``ref`` (see :mod:`.gate`); another gate is left alone.
         Opening an open gate does nothing.
 
+        The patch's ``test`` op guards the gates read. When someone (Kueue, an admin) changed
+        the TrainJob between the read and the patch, a real API server answers a bare ``422
+        Invalid`` ("the server rejected our request due to an error in our request", no
+        details: the words never say which op failed), or a 409: either is answered by reading
+        again and patching again, at most ``_OPEN_GATE_TRIES`` times. A refusal that a new
+        read can't explain (the TrainJob's resourceVersion did not change) is not retried.
+
         Raises:
             ObjectNotFound: no such TrainJob.
             ForeignObjectError: it is foreign.
             Unreachable: the API server could not be asked.
+            BackendError: the patch was refused for another reason, or the gates kept
+                changing for every try.
         """
         namespace, name = self._split(ref)
         group, version, plural = TRAINER
+        last_rv: str | None = None
+        last_error: ApiException | None = None
         for _ in range(_OPEN_GATE_TRIES):
             trainjob = await self._own(ref)
+            rv = str((trainjob.get("metadata") or {}).get("resourceVersion") or "")
+            if last_error is not None and rv == last_rv:
+                # nothing changed since the refused patch: the refusal is not a race
+                raise self._error(f"open the gate of {ref.id}", last_error) from last_error
+            last_rv = rv
             patch = open_patch(trainjob, self._settings.gate, self._settings.gate_name)
             if patch is None:
                 return
@@ -313,12 +329,26 @@ class KubeflowBackend:
                     _request_timeout=self._settings.request_timeout_s,
                 )
             except ApiException as err:
-                if err.status == 422 and "test" in _status_words(err).lower():
-                    continue  # the gates changed since read: read again
+                if err.status in (409, 422):
+                    last_error = err  # the gates (or the object) changed since read: read again
+                    log.info(
+                        "kubeflow.gate.retry",
+                        extra={
+                            "namespace": namespace,
+                            "trainjob": name,
+                            "status": err.status,
+                            "error": _status_words(err),
+                        },
+                    )
+                    continue
                 raise self._error(f"open the gate of {ref.id}", err) from err
             log.info("kubeflow.gate.opened", extra={"namespace": namespace, "trainjob": name})
             return
-        raise BackendError(self._cluster, f"open the gate of {ref.id}: its gates keep changing")
+        words = f": {_status_words(last_error)}" if last_error is not None else ""
+        raise BackendError(
+            self._cluster,
+            f"open the gate of {ref.id}: its gates kept changing ({_OPEN_GATE_TRIES} tries){words}",
+        )
 
     async def stop(self, ref: ObjectRef) -> None:
         """Delete ``ref`` with ``propagationPolicy: Foreground``: the TrainJob stays (phase

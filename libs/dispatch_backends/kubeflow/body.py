@@ -27,14 +27,19 @@ JobSet restart, R > 0) the exact epoch is ``DISPATCH_EPOCH + DISPATCH_RESTART`` 
 Within one TrainJob the JobSet deletes the old Jobs in the foreground before it recreates
 them (facts B2), so R and R+1 of one object only overlap when pods were force-deleted.
 
-For ``Launch.exclude_nodes`` (nodes lost by earlier executions), ``spec.runtimePatches``
-(manager ``dispatch.dev/backend``) gives the trainer's replicated job (setting
-``trainer_job``) a required node affinity ``kubernetes.io/hostname NotIn``; without
-excluded nodes there is no patch.
+``spec.runtimePatches`` (manager ``dispatch.dev/backend``) patches the pod template of the
+trainer's replicated job (setting ``trainer_job``): for ``Launch.exclude_nodes`` (nodes lost by
+earlier executions) a required node affinity ``kubernetes.io/hostname NotIn``; the options
+``node_selector`` (``nodeSelector``), ``tolerations`` and ``checkpoint_pvc`` (a volume of that
+PersistentVolumeClaim, mounted at ``checkpoint_mount``, default ``/checkpoints``, in the
+trainer container, setting ``trainer_container``). Without any of them there is no patch.
+``cpu`` / ``memory`` (requests) and ``cpu_limit`` / ``memory_limit`` go to the trainer's
+``resourcesPerNode`` beside ``gpus``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -60,7 +65,14 @@ from dispatch_backends.time_limit import parse_time_limit
 from dispatch_core.epoch import epoch
 from dispatch_core.steps import Launch
 
-__all__ = ["DISPATCH_VARS", "InvalidLaunch", "check_options", "namespace_of", "trainjob_body"]
+__all__ = [
+    "DISPATCH_VARS",
+    "RESOURCE_OPTIONS",
+    "InvalidLaunch",
+    "check_options",
+    "namespace_of",
+    "trainjob_body",
+]
 
 DISPATCH_VARS: Final = (
     "DISPATCH_JOB",
@@ -98,6 +110,117 @@ def _option_int(options: Mapping[str, str], key: str, default: int | None) -> in
     if value < 1:
         raise InvalidLaunch(f"option {key}={raw!r}: expected at least 1", option=key)
     return value
+
+
+_QUANTITY = re.compile(r"^(\d+(\.\d+)?|\.\d+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
+_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+RESOURCE_OPTIONS: Final = {
+    "cpu": ("requests", "cpu"),
+    "memory": ("requests", "memory"),
+    "cpu_limit": ("limits", "cpu"),
+    "memory_limit": ("limits", "memory"),
+}
+"""Options that set the trainer's ``resourcesPerNode``: Kubernetes quantities per node."""
+DEFAULT_CHECKPOINT_MOUNT: Final = "/checkpoints"
+CHECKPOINT_VOLUME: Final = "dispatch-checkpoints"
+
+
+def _quantity(options: Mapping[str, str], key: str) -> str | None:
+    raw = options.get(key)
+    if raw is None:
+        return None
+    value = raw.strip()
+    if not _QUANTITY.match(value) or not any(ch in "123456789" for ch in value.split("e")[0]):
+        raise InvalidLaunch(
+            f"option {key}={raw!r}: expected a positive Kubernetes quantity such as 4, 500m "
+            "or 16Gi",
+            option=key,
+        )
+    return value
+
+
+def _label_key(key: str) -> bool:
+    prefix, sep, name = key.rpartition("/")
+    if sep and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return False
+    return bool(_LABEL_NAME.match(name))
+
+
+def _node_selector(options: Mapping[str, str]) -> dict[str, str] | None:
+    """``node_selector=k=v,k2=v2`` as a pod ``nodeSelector``."""
+    raw = options.get("node_selector")
+    if raw is None:
+        return None
+    selector: dict[str, str] = {}
+    for item in (part.strip() for part in raw.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or not _label_key(key) or not _LABEL_VALUE.match(value):
+            raise InvalidLaunch(
+                f"option node_selector={raw!r}: {item!r} is not label=value "
+                "(a label name and value as Kubernetes allows them)",
+                option="node_selector",
+            )
+        selector[key] = value
+    return selector
+
+
+def _tolerations(options: Mapping[str, str]) -> list[dict[str, str]] | None:
+    """``tolerations=key=value:Effect,key:Effect,key`` as pod tolerations: ``=value`` gives
+    operator ``Equal``, none ``Exists``; no effect tolerates every effect."""
+    raw = options.get("tolerations")
+    if raw is None:
+        return None
+    out: list[dict[str, str]] = []
+    for item in (part.strip() for part in raw.split(",")):
+        head, colon, effect = item.partition(":")
+        key, eq, value = head.partition("=")
+        bad = (
+            not _label_key(key)
+            or (eq and not _LABEL_VALUE.match(value))
+            or (colon and effect not in _EFFECTS)
+        )
+        if bad:
+            raise InvalidLaunch(
+                f"option tolerations={raw!r}: {item!r} is not key[=value][:effect] with an "
+                f"effect among {', '.join(_EFFECTS)}",
+                option="tolerations",
+            )
+        toleration = {"key": key, "operator": "Equal" if eq else "Exists"}
+        if eq:
+            toleration["value"] = value
+        if colon:
+            toleration["effect"] = effect
+        out.append(toleration)
+    return out
+
+
+def _checkpoint_volume(options: Mapping[str, str]) -> tuple[str, str] | None:
+    """(claim, mount path) of ``checkpoint_pvc`` / ``checkpoint_mount``."""
+    claim = options.get("checkpoint_pvc")
+    mount = options.get("checkpoint_mount")
+    if claim is None:
+        if mount is not None:
+            raise InvalidLaunch(
+                "option checkpoint_mount needs checkpoint_pvc (the claim to mount there)",
+                option="checkpoint_mount",
+            )
+        return None
+    if len(claim) > 253 or not _DNS_SUBDOMAIN.match(claim):
+        raise InvalidLaunch(
+            f"option checkpoint_pvc={claim!r}: not a PersistentVolumeClaim name (lowercase "
+            "letters, digits, '-' and '.')",
+            option="checkpoint_pvc",
+        )
+    mount = DEFAULT_CHECKPOINT_MOUNT if mount is None else mount
+    if not mount.startswith("/") or mount.rstrip("/") == "" or ":" in mount:
+        raise InvalidLaunch(
+            f"option checkpoint_mount={mount!r}: expected an absolute directory other than /",
+            option="checkpoint_mount",
+        )
+    return claim, mount.rstrip("/")
 
 
 def _namespace(options: Mapping[str, str], settings: KubeflowSettings) -> str:
@@ -144,13 +267,22 @@ def check_options(options: Mapping[str, str], settings: KubeflowSettings) -> Non
     Raises:
         InvalidLaunch: a ``namespace`` not configured, no ``queue`` in ``kueue`` mode when
             the settings have none, ``nodes`` / ``procs_per_node`` / ``gpus`` not a whole
-            number >= 1, a ``time`` not in Slurm's format; ``option`` names it.
+            number >= 1, a ``time`` not in Slurm's format, ``cpu`` / ``memory`` /
+            ``cpu_limit`` / ``memory_limit`` not a positive quantity, a malformed
+            ``node_selector`` or ``tolerations``, a ``checkpoint_pvc`` that is not a claim
+            name or a ``checkpoint_mount`` that is not an absolute directory; ``option``
+            names it.
     """
     _namespace(options, settings)
     _queue(options, settings)
     for key in ("nodes", "procs_per_node", "gpus"):
         _option_int(options, key, None)
     _time_limit_s(options)
+    for key in RESOURCE_OPTIONS:
+        _quantity(options, key)
+    _node_selector(options)
+    _tolerations(options)
+    _checkpoint_volume(options)
 
 
 def namespace_of(launch: Launch, settings: KubeflowSettings) -> str:
@@ -215,8 +347,15 @@ def trainjob_body(launch: Launch, settings: KubeflowSettings, token: str) -> dic
     if procs is not None:
         trainer["numProcPerNode"] = procs
     gpus = _option_int(options, "gpus", None)
+    resources: dict[str, dict[str, str]] = {}
     if gpus is not None:
-        trainer["resourcesPerNode"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+        resources.setdefault("limits", {})["nvidia.com/gpu"] = str(gpus)
+    for key, (kind, resource) in RESOURCE_OPTIONS.items():
+        quantity = _quantity(options, key)
+        if quantity is not None:
+            resources.setdefault(kind, {})[resource] = quantity
+    if resources:
+        trainer["resourcesPerNode"] = resources
 
     body_spec: dict[str, Any] = {
         "runtimeRef": {
@@ -229,8 +368,9 @@ def trainjob_body(launch: Launch, settings: KubeflowSettings, token: str) -> dic
         # past a gate nobody enforces.
         "suspend": True,
     }
-    if launch.exclude_nodes:
-        body_spec["runtimePatches"] = [_runtime_patch(launch, settings)]
+    pod_spec = _pod_spec_patch(launch, settings)
+    if pod_spec:
+        body_spec["runtimePatches"] = [_runtime_patch(pod_spec, settings)]
     limit = _time_limit_s(options)
     if limit is not None:
         body_spec["activeDeadlineSeconds"] = limit
@@ -270,9 +410,13 @@ def _env(launch: Launch, name: str, token: str) -> list[dict[str, Any]]:
     return env
 
 
-def _runtime_patch(launch: Launch, settings: KubeflowSettings) -> dict[str, Any]:
-    pod_spec: dict[str, Any] = {
-        "affinity": {
+def _pod_spec_patch(launch: Launch, settings: KubeflowSettings) -> dict[str, Any]:
+    """The trainer pods' spec patch: nodes excluded (affinity), ``node_selector``,
+    ``tolerations`` and the checkpoint volume (empty when none applies)."""
+    options = launch.spec.options
+    pod_spec: dict[str, Any] = {}
+    if launch.exclude_nodes:
+        pod_spec["affinity"] = {
             "nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {
                     "nodeSelectorTerms": [
@@ -289,7 +433,28 @@ def _runtime_patch(launch: Launch, settings: KubeflowSettings) -> dict[str, Any]
                 }
             }
         }
-    }
+    selector = _node_selector(options)
+    if selector:
+        pod_spec["nodeSelector"] = selector
+    tolerations = _tolerations(options)
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+    volume = _checkpoint_volume(options)
+    if volume is not None:
+        claim, mount = volume
+        pod_spec["volumes"] = [
+            {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": claim}}
+        ]
+        pod_spec["containers"] = [
+            {
+                "name": settings.trainer_container,
+                "volumeMounts": [{"name": CHECKPOINT_VOLUME, "mountPath": mount}],
+            }
+        ]
+    return pod_spec
+
+
+def _runtime_patch(pod_spec: dict[str, Any], settings: KubeflowSettings) -> dict[str, Any]:
     return {
         "manager": MANAGER,
         "trainingRuntimeSpec": {

@@ -45,6 +45,14 @@ OPTIONS: Final = frozenset(
         "gpus",
         "time",
         "priority_class",
+        "cpu",
+        "memory",
+        "cpu_limit",
+        "memory_limit",
+        "tolerations",
+        "node_selector",
+        "checkpoint_pvc",
+        "checkpoint_mount",
     }
 )
 """``JobSpec.options`` the backend reads (others are ignored, so a spec written for another
@@ -53,8 +61,13 @@ LocalQueue), ``runtime`` / ``runtime_kind`` (``spec.runtimeRef``), ``image``, ``
 (``spec.trainer.numNodes``), ``procs_per_node`` (``numProcPerNode``), ``gpus``
 (``resourcesPerNode`` limit ``nvidia.com/gpu``), ``time`` (``spec.activeDeadlineSeconds``, in
 Slurm's ``--time`` format like the local backend: counted from creation or from the last
-resume, so from the gate opening) and ``priority_class`` (Kueue's
-``kueue.x-k8s.io/priority-class`` label).
+resume, so from the gate opening), ``priority_class`` (Kueue's
+``kueue.x-k8s.io/priority-class`` label), ``cpu`` / ``memory`` (requests per node) and
+``cpu_limit`` / ``memory_limit`` (limits per node; Kubernetes quantities such as ``4``,
+``500m``, ``16Gi``), ``node_selector`` (``label=value,...``), ``tolerations``
+(``key[=value][:effect],...``; ``=value`` is operator Equal, none Exists) and
+``checkpoint_pvc`` / ``checkpoint_mount`` (a PersistentVolumeClaim mounted in the trainer
+container, at ``/checkpoints`` by default: the checkpoint root).
 
 A submission is checked against them (:func:`dispatch_backends.kubeflow.body.check_options`,
 through :func:`dispatch_backends.check_options`): a value a launch would refuse (a
@@ -80,6 +93,8 @@ class KubeflowSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         num_nodes: ``spec.trainer.numNodes`` when ``options`` has none.
         trainer_job: the runtime's replicated job that runs the trainer (``node`` in the
             Trainer's torch runtimes): a launch's ``exclude_nodes`` are patched into it.
+        trainer_container: the trainer's container in that job's pods (``node`` in the
+            Trainer's torch runtimes): where ``checkpoint_pvc`` is mounted.
         node_loss_window_s: seconds a TrainJob may report running with cause ``node-lost``
             before dispatch fences it (seed 000; 300 matches the default
             ``tolerationSeconds`` of ``node.kubernetes.io/unreachable``, facts B5).
@@ -119,6 +134,7 @@ class KubeflowSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     image: str = ""
     num_nodes: int = 1
     trainer_job: str = "node"
+    trainer_container: str = "node"
     node_loss_window_s: float = 300.0
     release_lost_pods: bool = True
     retain_ended_s: float | None = 3600.0

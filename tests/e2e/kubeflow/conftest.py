@@ -1,4 +1,5 @@
-"""Fixtures of the kubeflow backend's end-to-end tests: one nats-server for the session."""
+"""Fixtures of the kubeflow backend's end-to-end tests: one nats-server for the session (the
+real-apiserver lane comes from tests/conftest.py)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,17 @@
 """End to end through the services on a real nats-server, with the kubeflow backend: the
 observer and a supervisor replica run in-process (tasks of the test's event loop), each with its
-own :class:`KubeflowBackend` on the fake Kubernetes API server (TEST DOUBLE, real HTTP, the real
-``kubernetes`` client) while the cluster simulator plays Trainer, JobSet, Job, Kueue and kubelet.
+own :class:`KubeflowBackend` on the real-apiserver lane's kube-apiserver 1.20.2 (the real
+``kubernetes`` client, as the deploy/kubernetes ServiceAccount) while the cluster simulator plays
+Trainer, JobSet, Job, Kueue and kubelet through the same server.
 
 Most tests hand the backends to the services through their ``run(backend=...)`` /
-``run(backends=...)`` parameters (no monkeypatching), to share the fake's clients; the last
+``run(backends=...)`` parameters (no monkeypatching), to share the lane's clients; the last
 builds them from a clusters file and a kubeconfig, as a deployment does.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -39,9 +39,10 @@ from services.observer.config import ObserverConfig
 from services.supervisor import service as supervisor_service
 from services.supervisor.config import SupervisorConfig
 from tests.e2e.installation import Installation as E2EInstallation
-from tests.fakes.kube_apiserver import FakeKubeApiServer
 from tests.fakes.kube_controller import ClusterSimulator
-from tests.integration.backends.test_kubeflow_support import NS, QUEUE, simulated
+from tests.integration.backends.test_kubeflow_support import NS, QUEUE, real_simulated
+from tests.servers.kube import KubeApiServer
+from tests.servers.kube_lane import RealKube
 from tests.servers.nats import NatsServer
 from tests.unit.kubeflow.records import container_env
 from tests.util import assert_eventually
@@ -55,12 +56,12 @@ class Installation(E2EInstallation[KubeflowBackend]):
     """A namespace on the nats-server, the fake cluster, and the services, each handed its
     own backend (the clusters file is there for the configs; nothing reads it)."""
 
-    def __init__(
-        self, url: str, tmp: Path, server: FakeKubeApiServer, cluster: ClusterSimulator
-    ) -> None:
+    def __init__(self, url: str, tmp: Path, server: RealKube, cluster: ClusterSimulator) -> None:
         self.server = server
         self.cluster = cluster
-        self.settings = KubeflowSettings(namespaces=(NS,), queue=QUEUE, watch_timeout_s=1.0)
+        self.settings = KubeflowSettings(
+            namespaces=(NS,), queue=QUEUE, watch_timeout_s=5.0, evidence_wait_s=3.0
+        )
         self.clients = [server.api_client(), server.api_client()]
         self.backends = [KubeflowBackend(CLUSTER, self.settings, c) for c in self.clients]
         super().__init__(
@@ -94,8 +95,10 @@ class Installation(E2EInstallation[KubeflowBackend]):
 
 
 @pytest.fixture
-async def installation(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[Installation]:
-    with simulated() as (server, cluster):
+async def installation(
+    nats_server: NatsServer, tmp_path: Path, kube_lab: KubeApiServer, kube_dispatch_token: str
+) -> AsyncIterator[Installation]:
+    with real_simulated(kube_lab, token=kube_dispatch_token) as (server, cluster):
         inst = Installation(nats_server.url, tmp_path / "inst", server, cluster)
         try:
             await inst.open()
@@ -164,26 +167,16 @@ async def test_a_trainjob_preempted_by_kueue_is_resubmitted_with_a_higher_epoch_
 
 
 async def test_services_built_from_a_clusters_file_stop_the_kubeflow_watches_they_started(
-    nats_server: NatsServer, tmp_path: Path
+    nats_server: NatsServer, tmp_path: Path, kube_lab: KubeApiServer, kube_dispatch_token: str
 ) -> None:
     """An observer and a supervisor that build their KubeflowBackend from the clusters file
     (through a kubeconfig, as deployed) close it when they stop: no watch thread outlives
     them."""
     layout = Layout(namespace=f"kf{secrets.token_hex(4)}")
-    with simulated() as (server, _cluster):
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [{"name": "fake", "cluster": {"server": server.url}}],
-                    "users": [{"name": "fake", "user": {}}],
-                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
-                    "current-context": "fake",
-                }
-            )
-        )
+    with real_simulated(kube_lab, token=kube_dispatch_token) as (server, _cluster):
+        # as deployed: a kubeconfig with the ServiceAccount's token (in a pod, in_cluster)
+        kubeconfig = kube_lab.kubeconfig(tmp_path / "kubeconfig", token=kube_dispatch_token)
+        assert server.namespace == NS
         clusters = tmp_path / "clusters.toml"
         clusters.write_text(
             "[[clusters]]\n"

@@ -1,22 +1,23 @@
 """The backend contract suite, run on the kubeflow backend in both gate modes.
 
-The real ``kubernetes`` client talks to the fake API server (TEST DOUBLE) over HTTP; the cluster
-simulator plays the controllers.
+The real ``kubernetes`` client talks to the real-apiserver lane's kube-apiserver 1.20.2 (through
+a TCP proxy that can cut or refuse its connections: the contract's outage); the cluster simulator
+plays the controllers, writing through the same server.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from dispatch_backends.kubeflow import GateMode
 from tests.contract.backend_contract import BackendContract, BackendHarness
-from tests.fakes.kube_apiserver import FakeKubeApiServer
 from tests.fakes.kube_controller import ClusterSimulator
-from tests.integration.backends.test_kubeflow_support import KubeflowHarness, kube_env
+from tests.integration.backends.test_kubeflow_support import KubeflowHarness, real_kube_env
 
-__all__ = ["kube_env"]
+__all__ = ["real_kube_env"]
 
 pytestmark = pytest.mark.integration
 
@@ -26,9 +27,9 @@ class TestKubeflowContract(BackendContract):
     async def harness(
         self,
         request: pytest.FixtureRequest,
-        kube_env: tuple[FakeKubeApiServer, ClusterSimulator],
+        real_kube_env: tuple[Any, ClusterSimulator],
     ) -> AsyncIterator[BackendHarness]:
-        server, cluster = kube_env
+        server, cluster = real_kube_env
         harness = KubeflowHarness(server, cluster, request.param)
         try:
             yield harness

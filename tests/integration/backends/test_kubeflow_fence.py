@@ -3,7 +3,8 @@ resubmission, native JobSet restarts, the cessation signal and the emergency sto
 
 A small supervisor loop (:class:`Supervisor`) plans each pass with ``dispatch_core.next_steps``
 on what :meth:`KubeflowBackend.discover` shows and carries it out on the backend, against the
-fake API server (TEST DOUBLE) and the cluster simulator.
+real kube-apiserver 1.20.2 of the lane (the backend as the deploy/kubernetes ServiceAccount)
+and the cluster simulator writing through it.
 """
 
 from __future__ import annotations
@@ -40,11 +41,24 @@ from tests.integration.backends.test_kubeflow_support import (
     KubeflowHarness,
     Supervisor,
     container_env,
-    simulated,
+    real_simulated,
 )
+from tests.servers.kube import KubeApiServer
 from tests.util import assert_eventually
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def simulated(kube_lab: KubeApiServer, kube_dispatch_token: str) -> Callable[..., Any]:
+    """The real kube-apiserver of the lane with the simulator (``options`` for it) writing
+    through it; the backend runs as the deploy/kubernetes ServiceAccount."""
+
+    def make(**options: Any) -> Any:
+        return real_simulated(kube_lab, token=kube_dispatch_token, **options)
+
+    return make
+
 
 WINDOW_S = 2.0
 
@@ -84,7 +98,7 @@ async def to_running(sup: Supervisor) -> ObjectRef:
 
 @pytest.mark.parametrize("release", [False, True], ids=["held-until-node-returns", "released"])
 async def test_node_lost_past_the_window_is_fenced_and_the_replacement_waits(
-    release: bool,
+    release: bool, simulated: Callable[..., Any]
 ) -> None:
     # facts B5: the taint manager deletes the pods, no kubelet confirms, the Job gets
     # FailureTarget but never Failed, and the TrainJob never ends. The backend reports it
@@ -167,7 +181,9 @@ async def test_node_lost_past_the_window_is_fenced_and_the_replacement_waits(
             await harness.cleanup()
 
 
-async def test_kueue_preemption_is_resubmitted_with_a_higher_epoch_and_succeeds() -> None:
+async def test_kueue_preemption_is_resubmitted_with_a_higher_epoch_and_succeeds(
+    simulated: Callable[..., Any],
+) -> None:
     with simulated() as (server, cluster):
         harness = KubeflowHarness(server, cluster, GateMode.KUEUE)
         try:
@@ -200,7 +216,9 @@ async def test_kueue_preemption_is_resubmitted_with_a_higher_epoch_and_succeeds(
             await harness.cleanup()
 
 
-async def test_jobset_restarts_are_executions_with_their_own_attempt() -> None:
+async def test_jobset_restarts_are_executions_with_their_own_attempt(
+    simulated: Callable[..., Any],
+) -> None:
     # facts B2: a JobSet restart recreates the Jobs with restart-attempt R+1; R is the
     # backend's restart count, and each execution gets its own DISPATCH_ATTEMPT.
     with simulated(max_restarts=1) as (server, cluster):
@@ -244,7 +262,7 @@ async def test_jobset_restarts_are_executions_with_their_own_attempt() -> None:
             await harness.cleanup()
 
 
-async def test_cessation_follows_the_nodes_and_the_pods() -> None:
+async def test_cessation_follows_the_nodes_and_the_pods(simulated: Callable[..., Any]) -> None:
     with simulated() as (server, cluster):
         harness = KubeflowHarness(server, cluster, GateMode.KUEUE, release_lost_pods=False)
         try:
@@ -283,7 +301,7 @@ async def test_cessation_follows_the_nodes_and_the_pods() -> None:
             await harness.cleanup()
 
 
-async def test_cessation_after_a_clean_end_is_ceased() -> None:
+async def test_cessation_after_a_clean_end_is_ceased(simulated: Callable[..., Any]) -> None:
     with simulated() as (server, cluster):
         harness = KubeflowHarness(server, cluster, GateMode.KUEUE)
         try:
@@ -300,7 +318,9 @@ async def test_cessation_after_a_clean_end_is_ceased() -> None:
             await harness.cleanup()
 
 
-async def test_emergency_stop_releases_pods_on_a_lost_node_at_once() -> None:
+async def test_emergency_stop_releases_pods_on_a_lost_node_at_once(
+    simulated: Callable[..., Any],
+) -> None:
     with simulated() as (server, cluster):
         harness = KubeflowHarness(server, cluster, GateMode.KUEUE, release_lost_pods=False)
         try:

@@ -1,7 +1,9 @@
 """One scenario per cause path of the kubeflow backend, through the real ``kubernetes`` client.
 
-The fake API server (TEST DOUBLE) serves HTTP; the cluster simulator's scenario steps write
-what the controllers would (``shared/labs/kubeflow-facts.md``, cited per test). Each test reads
+A real kube-apiserver 1.20.2 (the lane, ``tests/servers/kube.py``) serves them, the backend
+running as the deploy/kubernetes ServiceAccount; the cluster simulator's scenario steps write,
+through the same server, what the controllers would (``shared/labs/kubeflow-facts.md``, cited
+per test). Each test reads
 the cause back through :meth:`KubeflowBackend.discover` and checks the kind and that the
 scheduler's words are kept verbatim.
 """
@@ -29,18 +31,39 @@ from dispatch_core.state import (
 from tests.contract.backend_contract import Program, make_launch, new_job_id
 from tests.fakes.kube_apiserver import PODS, TRAINJOBS, FakeKubeApiServer
 from tests.fakes.kube_controller import ClusterSimulator
-from tests.integration.backends.test_kubeflow_support import NS, KubeflowHarness, kube_env
+from tests.integration.backends.test_kubeflow_support import (
+    NS,
+    KubeflowHarness,
+    kube_env,
+    real_kube_env,
+)
 from tests.util import assert_eventually
 
-__all__ = ["kube_env"]
+__all__ = ["kube_env", "real_kube_env"]
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 async def harness(
+    real_kube_env: tuple[Any, ClusterSimulator],
+) -> AsyncIterator[KubeflowHarness]:
+    """The backend (as the deploy/kubernetes ServiceAccount) on the real kube-apiserver."""
+    server, cluster = real_kube_env
+    h = KubeflowHarness(server, cluster, GateMode.KUEUE)
+    try:
+        yield h
+    finally:
+        await h.cleanup()
+
+
+@pytest.fixture
+async def fake_harness(
     kube_env: tuple[FakeKubeApiServer, ClusterSimulator],
 ) -> AsyncIterator[KubeflowHarness]:
+    """The backend on the fake API server: for what only the fake can stage (a Python
+    admission hook, a record of every request, faults at a chosen event of a watch); the
+    real-server versions of these are in test_kubeflow_real_faults.py."""
     server, cluster = kube_env
     h = KubeflowHarness(server, cluster, GateMode.KUEUE)
     try:
@@ -278,10 +301,11 @@ async def test_the_first_end_is_kept_when_the_trainer_revives_the_trainjob(
 
 
 async def test_admin_gate_left_by_someone_else_is_admin_held(
-    harness: KubeflowHarness,
+    fake_harness: KubeflowHarness,
 ) -> None:
     # facts B4: admission-gated-by is set at creation (here a site's webhook adds its own
     # gate); dispatch removes only its own, and the other keeps the TrainJob held.
+    harness = fake_harness
     store = harness.server.store
 
     def site_gate(op: str, rt: Any, obj: dict[str, Any], old: Any) -> dict[str, Any]:
@@ -326,9 +350,9 @@ async def test_admin_gate_left_by_someone_else_is_admin_held(
 
 
 async def test_suspend_mode_someone_elses_suspend_is_admin_held(
-    kube_env: tuple[FakeKubeApiServer, ClusterSimulator],
+    real_kube_env: tuple[Any, ClusterSimulator],
 ) -> None:
-    server, cluster = kube_env
+    server, cluster = real_kube_env
     harness = KubeflowHarness(server, cluster, GateMode.SUSPEND)
     try:
         job = new_job_id()
@@ -345,8 +369,9 @@ async def test_suspend_mode_someone_elses_suspend_is_admin_held(
 
 
 async def test_a_foreign_trainjob_is_reported_and_never_touched(
-    harness: KubeflowHarness,
+    fake_harness: KubeflowHarness,
 ) -> None:
+    harness = fake_harness
     job = new_job_id()
     await harness.inject_foreign(job)
     ref = ObjectRef(cluster=harness.backend.cluster, id=f"{NS}/dj-{job}")
@@ -377,7 +402,8 @@ async def test_a_foreign_trainjob_is_reported_and_never_touched(
     assert writes == [], f"dispatch wrote to a foreign TrainJob: {writes}"
 
 
-async def test_a_watch_dropped_mid_stream_loses_no_evidence(harness: KubeflowHarness) -> None:
+async def test_a_watch_dropped_mid_stream_loses_no_evidence(fake_harness: KubeflowHarness) -> None:
+    harness = fake_harness
     job = new_job_id()
     ref = await running(harness, job)
     pods_reflector: Reflector = harness.backend._reflectors[("pods", NS)]
@@ -403,7 +429,8 @@ async def test_a_watch_dropped_mid_stream_loses_no_evidence(harness: KubeflowHar
     assert pods_reflector.watches >= watches_before + 3, "the pod watch was not reopened"
 
 
-async def test_a_410_relists_and_the_backend_goes_on(harness: KubeflowHarness) -> None:
+async def test_a_410_relists_and_the_backend_goes_on(fake_harness: KubeflowHarness) -> None:
+    harness = fake_harness
     job = new_job_id()
     ref = await running(harness, job)
     pods_reflector: Reflector = harness.backend._reflectors[("pods", NS)]
@@ -422,11 +449,12 @@ async def test_a_410_relists_and_the_backend_goes_on(harness: KubeflowHarness) -
 
 
 async def test_evidence_lost_in_a_410_gap_is_unknown_never_a_guess(
-    harness: KubeflowHarness,
+    fake_harness: KubeflowHarness,
 ) -> None:
     # The pod watch can't reconnect while the preempted pod comes and goes, and by then its
     # resourceVersion has expired: the relist no longer shows the pod, so its reason was never
     # seen. The cause is unknown, saying so, not non-zero-exit (143) nor a guessed preemption.
+    harness = fake_harness
     job = new_job_id()
     ref = await running(harness, job)
     server = harness.server

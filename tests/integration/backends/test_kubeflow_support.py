@@ -45,6 +45,8 @@ from dispatch_core.steps import AskCessation, Deliver, Launch, OpenGate, Pass, S
 from tests.contract.backend_contract import FAIL_EXIT_CODE, BackendHarness, Program
 from tests.fakes.kube_apiserver import TRAINJOBS, FakeKubeApiServer
 from tests.fakes.kube_controller import ClusterSimulator, train_job_body
+from tests.servers.kube import KubeApiServer
+from tests.servers.kube_lane import RealKube
 from tests.unit.core.helpers import Record, decisions
 from tests.unit.kubeflow.records import container_env
 from tests.util import assert_eventually
@@ -57,6 +59,8 @@ __all__ = [
     "Supervisor",
     "container_env",
     "kube_env",
+    "real_kube_env",
+    "real_simulated",
     "simulated",
 ]
 
@@ -88,6 +92,8 @@ class KubeflowHarness(BackendHarness):
         self.server = server
         self.cluster = cluster
         self.api = server.api_client()
+        for key, value in getattr(server, "harness_settings", {}).items():
+            settings.setdefault(key, value)
         settings.setdefault("namespaces", (NS,))
         settings.setdefault("queue", QUEUE if gate is GateMode.KUEUE else "")
         settings.setdefault("watch_timeout_s", 1.0)
@@ -224,6 +230,37 @@ def simulated(**options: Any) -> Iterator[tuple[FakeKubeApiServer, ClusterSimula
 def kube_env() -> Iterator[tuple[FakeKubeApiServer, ClusterSimulator]]:
     """:func:`simulated` with the simulator's defaults."""
     with simulated() as env:
+        yield env
+
+
+@contextlib.contextmanager
+def real_simulated(
+    lab: KubeApiServer, *, token: str | None = None, **options: Any
+) -> Iterator[tuple[Any, ClusterSimulator]]:
+    """The lane's real kube-apiserver (namespace :data:`NS`, emptied before and after) and the
+    simulator writing through it, reacting in the background; ``token`` is the backend's
+    (the admin's by default). The simulator's background errors are asserted at the end."""
+    env = RealKube(lab, NS, token=token)
+    try:
+        cluster = ClusterSimulator(env.store, **options)  # type: ignore[arg-type]
+        cluster.start()
+        try:
+            yield env, cluster
+        finally:
+            cluster.stop()
+        assert not cluster.errors, f"cluster simulator failed: {cluster.errors!r}"
+    finally:
+        env.close()
+
+
+@pytest.fixture
+def real_kube_env(
+    kube_lab: KubeApiServer, kube_dispatch_token: str
+) -> Iterator[tuple[Any, ClusterSimulator]]:
+    """:func:`real_simulated` with the simulator's defaults; the backend runs as the
+    ServiceAccount of ``deploy/kubernetes`` (its token, its RBAC), so every operation the
+    tests make it perform is one that RBAC allows."""
+    with real_simulated(kube_lab, token=kube_dispatch_token) as env:
         yield env
 
 

@@ -168,6 +168,9 @@ def test_slurm_refuses_what_its_launch_refuses(
         (KUBE, {"time": "2:00:00", "image": "x", "priority_class": "high"}),
         (KUBE_NO_QUEUE, {"queue": "lq"}),
         (KUBE_SUSPEND, {}),
+        (KUBE, {"cpu": "500m", "memory": "16Gi", "cpu_limit": "8", "memory_limit": "1.5Ti"}),
+        (KUBE, {"tolerations": "a:NoSchedule,b=c:NoExecute,d", "node_selector": "pool=a100"}),
+        (KUBE, {"checkpoint_pvc": "ckpt.team-a", "checkpoint_mount": "/mnt/ckpt/"}),
     ],
 )
 def test_kubeflow_accepts_what_a_trainjob_can_be_made_of(
@@ -189,6 +192,12 @@ def test_kubeflow_accepts_what_a_trainjob_can_be_made_of(
         (KUBE, {"namespace": "elsewhere"}, "namespace", "not one of this cluster's"),
         (KUBE_NO_QUEUE, {}, "queue", "needs a Kueue LocalQueue"),
         (KUBE_NO_QUEUE, {"queue": ""}, "queue", "needs a Kueue LocalQueue"),
+        (KUBE, {"cpu": "four"}, "cpu", "positive Kubernetes quantity"),
+        (KUBE, {"memory_limit": "1 Gi"}, "memory_limit", "positive Kubernetes quantity"),
+        (KUBE, {"tolerations": "a:Always"}, "tolerations", "with an effect among"),
+        (KUBE, {"node_selector": "a=b,c"}, "node_selector", "'c' is not label=value"),
+        (KUBE, {"checkpoint_pvc": "-x"}, "checkpoint_pvc", "not a PersistentVolumeClaim name"),
+        (KUBE, {"checkpoint_mount": "/x"}, "checkpoint_mount", "needs checkpoint_pvc"),
     ],
 )
 def test_kubeflow_refuses_what_its_launch_refuses(

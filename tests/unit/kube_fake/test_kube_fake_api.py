@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.fakes.kube_apiserver import DEFAULT_USER, JOBS, PODS, TRAINJOBS, FakeKubeApiServer
+from tests.fakes.kube_apiserver import JOBS, PODS, TRAINJOBS, FakeKubeApiServer
 from tests.fakes.kube_controller import train_job_body
 
 G, V, P = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
@@ -460,87 +460,6 @@ def test_injected_429_carries_retry_after(custom: Any, kube_server: FakeKubeApiS
     body = _status(info.value)
     assert body["reason"] == "TooManyRequests"
     assert body["details"]["retryAfterSeconds"] == 7
-
-
-def test_injected_401_is_the_authentication_filters_bare_status(
-    custom: Any, kube_server: FakeKubeApiServer
-) -> None:
-    kube_server.faults.fail_next(1, status=401)
-    with pytest.raises(client.ApiException) as info:
-        custom.list_namespaced_custom_object(G, V, NS, P)
-    assert info.value.status == 401
-    body = _status(info.value)
-    assert (body["reason"], body["message"]) == ("Unauthorized", "Unauthorized")
-    assert "details" not in body  # kube-apiserver's NewUnauthorized sends none
-    assert custom.list_namespaced_custom_object(G, V, NS, P)["items"] == []
-
-
-@pytest.mark.parametrize(
-    ("call", "message", "details"),
-    [
-        pytest.param(
-            lambda api: client.CustomObjectsApi(api).list_namespaced_custom_object(G, V, NS, P),
-            f'trainjobs.trainer.kubeflow.org is forbidden: User "{DEFAULT_USER}" cannot list '
-            f'resource "trainjobs" in API group "trainer.kubeflow.org" in the namespace "{NS}"',
-            {"group": G, "kind": P},
-            id="list-custom",
-        ),
-        pytest.param(
-            lambda api: client.CustomObjectsApi(api).get_namespaced_custom_object(
-                G, V, NS, P, "tj-1"
-            ),
-            f'trainjobs.trainer.kubeflow.org "tj-1" is forbidden: User "{DEFAULT_USER}" cannot '
-            f'get resource "trainjobs" in API group "trainer.kubeflow.org" in the namespace '
-            f'"{NS}"',
-            {"group": G, "kind": P, "name": "tj-1"},
-            id="get-custom",
-        ),
-        pytest.param(
-            lambda api: client.CoreV1Api(api).list_namespaced_pod(
-                NS, watch=True, timeout_seconds=1
-            ),
-            f'pods is forbidden: User "{DEFAULT_USER}" cannot watch resource "pods" in API group '
-            f'"" in the namespace "{NS}"',
-            {"kind": "pods"},
-            id="watch-core",
-        ),
-        pytest.param(
-            lambda api: client.CoreV1Api(api).list_node(),
-            f'nodes is forbidden: User "{DEFAULT_USER}" cannot list resource "nodes" in API '
-            'group "" at the cluster scope',
-            {"kind": "nodes"},
-            id="list-cluster-scoped",
-        ),
-    ],
-)
-def test_injected_403_words_the_rbac_refusal_as_kube_apiserver_does(
-    kube_api_client: Any,
-    kube_server: FakeKubeApiServer,
-    call: Any,
-    message: str,
-    details: dict[str, str],
-) -> None:
-    kube_server.faults.fail_next(1, status=403)
-    with pytest.raises(client.ApiException) as info:
-        call(kube_api_client)
-    assert info.value.status == 403
-    body = _status(info.value)
-    assert body["reason"] == "Forbidden"
-    assert body["message"] == message
-    assert body["details"] == details
-
-
-def test_injected_403_names_the_verb_of_a_write_and_the_user_given(
-    custom: Any, kube_server: FakeKubeApiServer
-) -> None:
-    kube_server.faults.fail_next(1, status=403, method="POST", user="alice@example.com")
-    with pytest.raises(client.ApiException) as info:
-        _create(custom, "tj-1")
-    assert _status(info.value)["message"] == (
-        'trainjobs.trainer.kubeflow.org is forbidden: User "alice@example.com" cannot create '
-        'resource "trainjobs" in API group "trainer.kubeflow.org" in the namespace "team-a"'
-    )
-    assert kube_server.store.find(TRAINJOBS, NS, "tj-1") is None, "a refused write makes nothing"
 
 
 def test_urllib3_retries_a_throttled_get_by_itself(

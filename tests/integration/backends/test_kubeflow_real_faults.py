@@ -1,0 +1,162 @@
+"""Faults on the real kube-apiserver 1.20.2 (the lane): the watch dropped on the wire, 410
+Expired produced for real by etcd compaction, evidence lost in that gap, someone else's gate,
+a foreign TrainJob. The backend runs as the deploy/kubernetes ServiceAccount through a TCP
+proxy (``tests/servers/kube_proxy.py``) that cuts or refuses its connections; the simulator
+writes through the server directly."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+import pytest
+
+from dispatch_backends.kubeflow import ForeignObjectError, GateMode
+from dispatch_backends.kubeflow.names import ADMISSION_GATED_BY, ANNOTATION_OBSERVED
+from dispatch_backends.kubeflow.watch import Reflector
+from dispatch_core.state import CauseKind, GateState, ObjectPhase, ObjectRef, ObservedObject
+from tests.contract.backend_contract import Program, new_job_id
+from tests.fakes.kube_controller import ClusterSimulator
+from tests.fakes.kube_store import TRAINJOBS
+from tests.integration.backends.test_kubeflow_scenarios import ended, name_of, running, step
+from tests.integration.backends.test_kubeflow_support import NS, KubeflowHarness, real_kube_env
+from tests.servers.kube_lane import RealKube
+from tests.util import assert_eventually
+
+__all__ = ["real_kube_env"]
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def harness(real_kube_env: tuple[Any, ClusterSimulator]) -> AsyncIterator[KubeflowHarness]:
+    server, cluster = real_kube_env
+    h = KubeflowHarness(server, cluster, GateMode.KUEUE)
+    try:
+        yield h
+    finally:
+        await h.cleanup()
+
+
+async def test_a_watch_cut_on_the_wire_resumes_from_its_resource_version(
+    harness: KubeflowHarness,
+) -> None:
+    job = new_job_id()
+    ref = await running(harness, job)
+    pods: Reflector = harness.backend._reflectors[("pods", NS)]
+    lists, watches = pods.lists, pods.watches
+    proxy = cast(RealKube, harness.server).proxy
+    with proxy.refusing():  # every open watch is cut; reconnecting fails meanwhile
+        await step(harness.cluster.preempt_by_scheduler, NS, name_of(ref))
+
+        def retried() -> None:
+            assert pods.error is not None, "the pod watch did not notice the cut"
+
+        await assert_eventually(retried, timeout_s=30)
+    cause = (await ended(harness, job, ref)).cause
+    assert cause is not None
+    assert cause.kind is CauseKind.PREEMPTED, cause
+    assert pods.lists == lists, "a dropped watch resumes from its resourceVersion; no relist"
+    assert pods.watches > watches
+
+
+async def test_410_from_etcd_compaction_relists_and_the_backend_goes_on(
+    harness: KubeflowHarness,
+) -> None:
+    job = new_job_id()
+    ref = await running(harness, job)
+    pods: Reflector = harness.backend._reflectors[("pods", NS)]
+    lists = pods.lists
+    await asyncio.to_thread(harness.server.expire_watch_cache)
+
+    def relisted() -> None:
+        assert pods.lists > lists
+
+    await assert_eventually(relisted, timeout_s=60)
+    await step(harness.cluster.oom_kill, NS, name_of(ref))
+    cause = (await ended(harness, job, ref)).cause
+    assert cause is not None
+    assert cause.kind is CauseKind.OUT_OF_MEMORY
+
+
+async def test_evidence_lost_in_a_real_410_gap_is_unknown_never_a_guess(
+    harness: KubeflowHarness,
+) -> None:
+    # While the backend can't reach the server, the preempted pod comes and goes and etcd is
+    # compacted: the resumed watch gets 410, the relist no longer shows the pod, so its
+    # reason was never seen. The cause says so; it is neither 143 nor a guessed preemption.
+    job = new_job_id()
+    ref = await running(harness, job)
+    env = cast(RealKube, harness.server)
+    with env.proxy.refusing():
+        await step(harness.cluster.preempt_by_scheduler, NS, name_of(ref))
+        await asyncio.to_thread(env.lab.compact)
+    cause = (await ended(harness, job, ref)).cause
+    assert cause is not None
+    assert cause.kind is CauseKind.UNKNOWN, cause
+    assert "FailedJobs" in cause.detail
+    assert "expired (410)" in cause.detail
+
+
+async def test_someone_elses_gate_keeps_it_held_and_only_ours_is_removed(
+    harness: KubeflowHarness,
+) -> None:
+    job = new_job_id()
+    ref = await harness.start(job, Program.SLEEP)
+    store = harness.server.store
+    ours = store.get(TRAINJOBS, NS, name_of(ref))["metadata"]["annotations"][ADMISSION_GATED_BY]
+    await asyncio.to_thread(
+        store.patch,
+        TRAINJOBS,
+        NS,
+        name_of(ref),
+        "merge",
+        {"metadata": {"annotations": {ADMISSION_GATED_BY: f"{ours},site.example/audit"}}},
+    )
+    await harness.backend.open_gate(ref)
+
+    def held(observed: ObservedObject) -> None:
+        assert observed.phase is ObjectPhase.PENDING, observed
+        assert observed.gate is GateState.ADMIN_HELD, observed
+        assert observed.cause is not None
+        assert observed.cause.kind is CauseKind.HELD
+        assert "site.example/audit" in observed.cause.detail
+
+    await harness.wait_for(job, ref, held)
+    tj = store.get(TRAINJOBS, NS, name_of(ref))
+    assert tj["metadata"]["annotations"][ADMISSION_GATED_BY] == "site.example/audit"
+    assert await harness.execution_env(ref) is None, "it ran while someone else's gate held it"
+    await asyncio.to_thread(
+        store.patch,
+        TRAINJOBS,
+        NS,
+        name_of(ref),
+        "json",
+        [{"op": "remove", "path": "/metadata/annotations/kueue.x-k8s.io~1admission-gated-by"}],
+    )
+    observed = await harness.wait_phase(job, ref, ObjectPhase.RUNNING)
+    assert observed.gate is GateState.OPEN
+
+
+async def test_a_foreign_trainjob_is_reported_and_never_touched(harness: KubeflowHarness) -> None:
+    job = new_job_id()
+    await harness.inject_foreign(job)
+    name = f"dj-{job}"
+    ref = ObjectRef(cluster=harness.backend.cluster, id=f"{NS}/{name}")
+    store = harness.server.store
+    await asyncio.to_thread(store.patch, TRAINJOBS, NS, name, "merge", {"spec": {"suspend": False}})
+    await harness.wait_phase(job, ref, ObjectPhase.RUNNING)
+    await step(harness.cluster.fail, NS, name, exit_code=1)
+    observed = await harness.wait_phase(job, ref, ObjectPhase.ENDED)
+    assert observed.foreign
+    before = store.get(TRAINJOBS, NS, name)
+    for call in (harness.backend.stop, harness.backend.open_gate, harness.backend.emergency_stop):
+        with pytest.raises(ForeignObjectError):
+            await call(ref)
+    await harness.discover()
+    after = store.get(TRAINJOBS, NS, name)
+    assert not after["metadata"].get("deletionTimestamp"), "a foreign TrainJob was deleted"
+    assert ANNOTATION_OBSERVED not in (after["metadata"].get("annotations") or {})
+    assert after["metadata"].get("annotations") == before["metadata"].get("annotations")
+    assert after["spec"] == before["spec"]
