@@ -189,7 +189,7 @@ async def test_a_fence_whose_old_object_never_ends_escalates_stop_overdue_once(
     stop = asyncio.Event()
     cfg = msgspec.convert(
         {
-            "nats_url": rt.nats_url,
+            "nats_url": [rt.nats_url],
             "namespace": rt.layout.namespace,
             "http_port": 0,
             "webhook_url": receiver.url("/hook"),
