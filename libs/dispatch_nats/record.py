@@ -33,6 +33,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
+from dispatch_core.backoff import Backoff
 from dispatch_nats._feed import MessageFeed, OrderedFeed
 from dispatch_nats._wire import (
     EXPECTED_LAST_SUBJECT_SEQ,
@@ -52,6 +53,7 @@ from dispatch_nats.errors import (
     InvalidName,
     JetStreamApiError,
     MsgIdReused,
+    StaleRead,
     StoreUnavailable,
     StreamNotFound,
     api_error,
@@ -74,6 +76,8 @@ _BATCH_ID: Final = "Nats-Batch-Id"
 _BATCH_SEQ: Final = "Nats-Batch-Sequence"
 _BATCH_COMMIT: Final = "Nats-Batch-Commit"
 _STALE_READ_RETRIES: Final = 3
+_NO_STREAM_BACKOFF: Final = Backoff(base_s=0.25, max_s=2.0, jitter=0.0)
+"""Pauses between appends that no stream answered (a stream leader being elected)."""
 
 
 class RecordEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -138,6 +142,7 @@ class RecordStore:
         page_size: int = 1000,
         page_bytes: int = 8 * 1024 * 1024,
         follow_heartbeat_s: float = 2.0,
+        check_reads: bool = False,
     ) -> None:
         """Use `nc` and the streams of `layout` (created beforehand by `ensure_streams`).
 
@@ -152,6 +157,9 @@ class RecordStore:
             page_size: most events per batch direct get.
             page_bytes: most payload bytes per batch direct get.
             follow_heartbeat_s: idle heartbeat of `follow`'s consumer, in seconds.
+            check_reads: check every `read` against the stream leader's last seq of the job
+                and read again while it is behind (see `read`); for a reader that acts on
+                what it read, such as a supervisor pass.
         """
         if attempts < 1:
             raise ValueError(f"attempts must be >= 1, got {attempts}")
@@ -164,6 +172,7 @@ class RecordStore:
         self._page_bytes = page_bytes
         self._follow_heartbeat_s = follow_heartbeat_s
         self._stream = layout.record_stream
+        self._check_reads = check_reads
 
     @property
     def layout(self) -> Layout:
@@ -409,7 +418,7 @@ class RecordStore:
             if unknown:
                 raise AppendOutcomeUnknown(job_id, msg_id, expected, self._attempts)
             raise StreamNotFound(self._stream, subject)
-        delay = min(0.25 * 2 ** (attempt - 1), 2.0)
+        delay = _NO_STREAM_BACKOFF.delay(attempt, 0.0)
         log.warning(
             "record.append.no_stream",
             extra={"job_id": job_id, "attempt": attempt, "retry_in_s": delay},
@@ -474,6 +483,12 @@ class RecordStore:
         One batch direct get per page (`page_size` events or `page_bytes`), paging on the
         pending count JetStream reports at the end of each batch.
 
+        A direct get may be answered by any replica of the stream, one still catching up
+        included (after a restart or a leader change), so a read may miss events the leader
+        acknowledged. With `check_reads`, the leader's last seq of the job is asked first
+        (`leader_last_seq`) and the read is repeated, briefly, until it reaches it; a read
+        that stays behind raises `StaleRead`, never returns less than what is stored.
+
         Args:
             job_id: the job.
             after_seq: return only events after this seq (0: the whole record).
@@ -486,14 +501,50 @@ class RecordStore:
             ValueError: `after_seq` is negative.
             StreamNotFound: the record stream does not answer.
             StoreUnavailable: a reply did not come within `read_timeout_s`.
+            StaleRead: with `check_reads`, the replicas answering stayed behind the leader.
         """
         subject = self._layout.record_subject(job_id)
         if after_seq < 0:
             raise ValueError(f"after_seq must be >= 0, got {after_seq}")
-        out: list[RecordEntry] = []
-        async for msgs in self._pages(subject, after_seq, f"job {job_id!r}: read record"):
-            out.extend(_entry(m) for m in msgs)
-        return out
+        through = await self.leader_last_seq(job_id) if self._check_reads else 0
+        what = f"job {job_id!r}: read record"
+        reached = after_seq
+        for attempt in range(_STALE_READ_RETRIES + 2):
+            out: list[RecordEntry] = []
+            async for msgs in self._pages(subject, after_seq, what):
+                out.extend(_entry(m) for m in msgs)
+            reached = out[-1].seq if out else after_seq
+            if reached >= through:
+                return out
+            log.info(
+                "record.read.stale",
+                extra={"job_id": job_id, "reached": reached, "leader": through, "try": attempt},
+            )
+            await asyncio.sleep(0.05 * (attempt + 1))
+        raise StaleRead(what, through, reached)
+
+    async def leader_last_seq(self, job_id: str) -> int:
+        """Return the seq of the job's last event as the stream's leader holds it (0: none).
+
+        Asked with `STREAM.MSG.GET`, which only the leader answers, so it includes every
+        append JetStream acknowledged; `last_seq` (a direct get) may be answered by a
+        replica that is behind.
+
+        Raises:
+            InvalidName: bad job id.
+            StreamNotFound: the record stream does not exist.
+            StoreUnavailable: no reply within `read_timeout_s` (no leader yet).
+            JetStreamApiError: another refusal (`JetStreamTemporaryError` while electing).
+        """
+        subject = self._layout.record_subject(job_id)
+        msg = await self._wire.leader_get(
+            f"job {job_id!r}: leader last seq",
+            self._stream,
+            {"last_by_subj": subject},
+            api_prefix=self._layout.api_prefix,
+            timeout_s=self._read_timeout_s,
+        )
+        return 0 if msg is None else header_int(msg, "Nats-Sequence")
 
     async def last_seq(self, job_id: str) -> int:
         """Return the seq of the job's last event, 0 if it has none.
