@@ -85,13 +85,20 @@ async def connect_nats(
     """
     urls = server_list(servers)
     delays = START_BACKOFF.delays(random.random)
+    connected = False
+
+    async def on_error(err: Exception) -> None:
+        # nats-py retries the first connection itself and reports each failure here.
+        event = "nats.error" if connected else "nats.connect_failed"
+        log.warning(event, extra={"error": repr(err)})
+
     while not stop.is_set():
         nc = NATS()
         connecting = asyncio.ensure_future(
             nc.connect(
                 servers=urls,
                 name=name,
-                error_cb=_error,
+                error_cb=on_error,
                 disconnected_cb=_disconnected,
                 reconnected_cb=_reconnected,
                 **_CONNECT_OPTIONS,
@@ -110,6 +117,7 @@ async def connect_nats(
             return None
         err = connecting.exception()
         if err is None:
+            connected = True
             log.info("nats.connected", extra={"connection": name, "servers": len(urls)})
             return nc
         await _close_quietly(nc)
@@ -182,10 +190,6 @@ async def ensure_streams_until(
         return True
 
     return bool(await retry_until_stopped(stop, "streams.ensure", attempt))
-
-
-async def _error(err: Exception) -> None:
-    log.warning("nats.error", extra={"error": repr(err)})
 
 
 async def _disconnected() -> None:
