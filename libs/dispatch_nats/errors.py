@@ -176,6 +176,7 @@ _TEMPORARY_ERR_CODES: Final = frozenset(
         10009,  # the cluster can't handle the request: leader changing
         10118,  # stream is offline
         10119,  # consumer is offline
+        10164,  # wrong last sequence (no number): an earlier write still replicating
     }
 )
 

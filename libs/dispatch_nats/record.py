@@ -68,6 +68,10 @@ MAX_BATCH: Final = 1000
 """Most events `append_many` takes at once (nats-server's default atomic batch limit)."""
 
 _ERR_WRONG_LAST_SEQ: Final = 10071
+_ERR_WRONG_LAST_SEQ_IN_FLIGHT: Final = 10164
+"""`wrong last sequence` without a number: a clustered stream's leader could not check the
+expected seq because an earlier append to the subject was still being replicated (seen on
+an R3 stream right after a follower thawed). Nothing was stored: send it again."""
 _ERR_BATCH_INCOMPLETE: Final = 10176
 _ERR_BATCH_DUPLICATE_MSG_ID: Final = 10201
 _WRONG_LAST_SEQ: Final = re.compile(r"wrong last sequence: (\d+)")
@@ -246,6 +250,9 @@ class RecordStore:
                 return (
                     await self._resolve_conflict(job_id, subject, expected_last_seq, ack, [msg_id])
                 )[0]
+            if ack.error.err_code == _ERR_WRONG_LAST_SEQ_IN_FLIGHT:
+                await self._in_flight(job_id, attempt)
+                continue
             raise api_error(
                 f"job {job_id!r}: record append",
                 ack.error.code,
@@ -346,6 +353,9 @@ class RecordStore:
                 return await self._resolve_conflict(
                     job_id, subject, expected_last_seq, ack, msg_ids
                 )
+            if ack.error.err_code == _ERR_WRONG_LAST_SEQ_IN_FLIGHT:
+                await self._in_flight(job_id, attempt)
+                continue
             if ack.error.err_code == _ERR_BATCH_DUPLICATE_MSG_ID:
                 # For a batch JetStream checks msg ids before the expected seq: a retry of a
                 # stored batch lands here rather than on "wrong last sequence".
@@ -421,6 +431,16 @@ class RecordStore:
         delay = _NO_STREAM_BACKOFF.delay(attempt, 0.0)
         log.warning(
             "record.append.no_stream",
+            extra={"job_id": job_id, "attempt": attempt, "retry_in_s": delay},
+        )
+        await asyncio.sleep(delay)
+
+    async def _in_flight(self, job_id: str, attempt: int) -> None:
+        """The leader could not check the expected seq yet (10164): wait, then send the same
+        append again (same msg ids, same expected seq: stored at most once)."""
+        delay = _NO_STREAM_BACKOFF.delay(attempt, 0.0)
+        log.info(
+            "record.append.in_flight",
             extra={"job_id": job_id, "attempt": attempt, "retry_in_s": delay},
         )
         await asyncio.sleep(delay)
