@@ -443,6 +443,21 @@ class NatsCluster:
                                 return str(leader)
         return None
 
+    def stream_state(self, i: int, stream: str, account: str = "$G") -> tuple[int, int]:
+        """(messages, last seq) of server ``i``'s own replica of ``stream`` (its monitor's
+        ``/jsz``: what that server holds, whoever leads).
+
+        Raises:
+            NatsServerError: the monitor did not answer, or the server holds no replica.
+        """
+        report = self._monitor(i, f"/jsz?acc={account}&streams=true")
+        for acc in report.get("account_details") or []:
+            for detail in acc.get("stream_detail") or []:
+                if detail.get("name") == stream:
+                    state = detail.get("state") or {}
+                    return int(state.get("messages", 0)), int(state.get("last_seq", 0))
+        raise NatsServerError(f"server {self.names[i]} holds no replica of {stream}")
+
     def healthy(self, i: int) -> bool:
         """Whether server ``i`` says its JetStream is current (``/healthz`` answers 200)."""
         try:

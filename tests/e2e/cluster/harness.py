@@ -9,12 +9,14 @@ also start one of them on its own (against a server not yet up, for instance).
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Final
 
 import nats
 
-from dispatch_nats import LatestStore, RecordStore, StreamKind, ensure_streams
+from dispatch_nats import LatestStore, RecordStore, StreamKind
+from services.common.lifecycle import ensure_streams_until
 from tests.e2e.installation import Subprocess
 from tests.e2e.runtime.harness import Runtime
 from tests.servers.nats import free_port
@@ -116,7 +118,9 @@ class ClusterRuntime(Runtime):
         self._nc = await nats.connect(
             self.nats_url.split(","), max_reconnect_attempts=-1, reconnect_time_wait=0.1
         )
-        await ensure_streams(self._nc, self.replicas, layout=self.layout)
+        # As the services do: a cluster just started may still be settling its meta leader.
+        created = ensure_streams_until(self._nc, asyncio.Event(), self.replicas, layout=self.layout)
+        assert await asyncio.wait_for(created, 120), "the streams were never created"
         # Reads checked against the stream's leader: the test's verdicts must not come from
         # a replica still catching up after a fault it injected.
         wait_s = 20.0
