@@ -5,10 +5,15 @@ next expected seq is the previous append's). This runs that shape through
 `RecordStore.append` on `--jobs` job records, and the same number of messages with the same
 bytes to the same subjects as raw `js.publish_async` (no headers, pipelined), in interleaved
 rounds against one private nats-server it starts, and prints both rates and their ratio.
+With ``--cluster`` it measures the same again on a 3-server JetStream cluster it starts
+(streams at replicas 3), in the same run, and prints both engines' figures side by side.
 
     python bench/append.py [--jobs 1000] [--events-per-job 10] [--rounds 3] [--in-flight 1000]
+                           [--cluster]
 
-The last line is one JSON object: {"append_per_s", "raw_per_s", "ratio"} (target ratio >= 0.5).
+The last line is one JSON object: {"append_per_s", "raw_per_s", "ratio"} (one server; target
+ratio >= 0.5), and with ``--cluster`` also "cluster" (the same three figures on the cluster)
+and "cluster_over_server" (the cluster's append rate over the one server's).
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ from nats.aio.client import Client as NATS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.servers
 
-from dispatch_nats import Layout, RecordStore, ensure_streams
-from tests.servers.nats import NatsServer
+from bench.engines import Engine, EngineKind, nats_engine
+from dispatch_nats import Layout, RecordStore
+from services.common.lifecycle import ensure_streams_until
 
 
 async def append_round(
@@ -70,27 +76,44 @@ async def raw_round(nc: NATS, subjects: list[str], events: int, payload: bytes) 
     return time.perf_counter() - t0
 
 
-async def run(args: argparse.Namespace) -> dict[str, float]:
+async def run(args: argparse.Namespace) -> dict[str, object]:
+    kinds: list[EngineKind] = ["server", "cluster"] if args.cluster else ["server"]
+    figures = {kind: await run_on(kind, args) for kind in kinds}
+    result: dict[str, object] = dict(figures["server"])
+    if args.cluster:
+        server, cluster = figures["server"], figures["cluster"]
+        print()
+        print(f"{'':28}{'one server':>14}{'3-server cluster':>20}")
+        for key in ("append_per_s", "raw_per_s", "ratio"):
+            print(f"{key:28}{server[key]:>14,.2f}{cluster[key]:>20,.2f}")
+        result["cluster"] = cluster
+        result["cluster_over_server"] = round(cluster["append_per_s"] / server["append_per_s"], 3)
+    return result
+
+
+async def run_on(kind: EngineKind, args: argparse.Namespace) -> dict[str, float]:
     payload = b"x" * args.payload
-    with tempfile.TemporaryDirectory(prefix="bench-append-") as tmp:
-        server = NatsServer(Path(tmp) / "store")
-        server.start()
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-append-") as tmp,
+        nats_engine(kind, Path(tmp)) as engine,
+    ):
+        print(f"-- {kind} ({len(engine.urls)} server(s), replicas {engine.replicas})")
+        nc = await nats.connect(engine.urls)
         try:
-            nc = await nats.connect(server.url)
-            try:
-                return await measure(nc, args, payload)
-            finally:
-                await nc.close()
+            return await measure(nc, engine, args, payload)
         finally:
-            server.stop()
+            await nc.close()
 
 
-async def measure(nc: NATS, args: argparse.Namespace, payload: bytes) -> dict[str, float]:
+async def measure(
+    nc: NATS, engine: Engine, args: argparse.Namespace, payload: bytes
+) -> dict[str, float]:
     # Two identical record streams (the contract's config) so both modes write into a
     # stream of the same size; the subjects differ only by the namespace prefix.
     append_layout, raw_layout = Layout(namespace="bench-a"), Layout(namespace="bench-r")
-    await ensure_streams(nc, layout=append_layout)
-    await ensure_streams(nc, layout=raw_layout)
+    for layout in (append_layout, raw_layout):
+        # As the services do: a cluster just started may still be settling its leaders.
+        await ensure_streams_until(nc, asyncio.Event(), engine.replicas, layout=layout)
     store = RecordStore(nc, layout=append_layout, max_in_flight=max(args.in_flight, 1))
     jobs = [f"job-{i}" for i in range(args.jobs)]
     raw_subjects = [raw_layout.record_subject(j) for j in jobs]
@@ -144,6 +167,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per mode")
     parser.add_argument("--in-flight", type=int, default=1000, help="appends waiting at once")
     parser.add_argument("--payload", type=int, default=200, help="bytes per message")
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="also measure on a 3-server JetStream cluster (R3 streams) and compare",
+    )
     result = asyncio.run(run(parser.parse_args()))
     print(json.dumps(result))
 
