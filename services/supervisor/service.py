@@ -642,22 +642,25 @@ class Replica:
         jobs = await self.records.list_jobs()
         slots = asyncio.Semaphore(_PUBLISH_CONCURRENCY)
 
-        async def check(job_id: str) -> bool:
+        async def check(job_id: str) -> bool | None:
+            """None: no pass needed; else whether the pass request was published."""
             async with slots:
-                seq = await self.records.last_seq(job_id)
+                # From the leader: a replica behind it could hide the events that make a
+                # settled-looking job need a pass.
+                seq = await self.records.leader_last_seq(job_id)
                 status = statuses.get(job_id)
                 if status is not None and status.settled and status.seq >= seq:
-                    return False
+                    return None
                 return await self._publish_wake(job_id, f"catch-up:{job_id}:{seq}")
 
         published = await asyncio.gather(*(check(j) for j in jobs))
-        if not all(published):
+        if False in published:
             # A wake not published is a job no replica may ever pass: try the catch-up
             # again (the wakes already stored are deduplicated by their msg ids).
             raise StoreUnavailable(
                 "supervisor catch-up", f"{published.count(False)} pass requests not published"
             )
-        woken = sum(published)
+        woken = published.count(True)
         log.info("supervisor.caught_up", extra={"jobs": len(jobs), "woken": woken})
         return woken
 
