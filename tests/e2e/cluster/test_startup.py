@@ -153,3 +153,20 @@ async def test_sigterm_while_the_cluster_has_no_quorum_ends_the_service_promptly
         await _stop_promptly(proc)
     finally:
         await proc.kill()
+
+
+@pytest.mark.parametrize("service", SERVICES)
+async def test_sigterm_after_nats_went_away_ends_the_service_promptly(
+    service: str, tmp_path: Path
+) -> None:
+    server = NatsServer(tmp_path / "store")
+    await asyncio.to_thread(server.start)
+    proc = _process(service, server.url, tmp_path)
+    try:
+        await proc.start()  # ready: connected, streams made
+        await asyncio.to_thread(server.kill)
+        await _wait_log(proc, "nats.disconnected")
+        await _stop_promptly(proc)
+    finally:
+        await proc.kill()
+        await asyncio.to_thread(server.stop)

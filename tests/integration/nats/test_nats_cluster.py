@@ -121,6 +121,15 @@ async def test_a_read_checked_against_the_leader_never_misses_what_a_lagging_fol
         writer = RecordStore(writer_nc, layout=cluster_layout, ack_timeout_s=10)
         plain = RecordStore(reader_nc, layout=cluster_layout, read_timeout_s=20)
         checked = RecordStore(reader_nc, layout=cluster_layout, read_timeout_s=20, check_reads=True)
+        discoveries = LatestStore(writer_nc, StreamKind.DISCOVERY, layout=cluster_layout)
+        from_leader = LatestStore(
+            reader_nc,
+            StreamKind.DISCOVERY,
+            layout=cluster_layout,
+            read_timeout_s=20,
+            read_from_leader=True,
+        )
+        key = ("c1", job)
         seq = await writer.append(job, b"first", expected_last_seq=0, msg_id="m-0")
         assert [e.seq for e in await plain.read(job)] == [seq]
         short = 0
@@ -134,13 +143,18 @@ async def test_a_read_checked_against_the_leader_never_misses_what_a_lagging_fol
                 # Sent while the follower is frozen: answered the moment it thaws.
                 probes = [asyncio.ensure_future(plain.last_seq(job)) for _ in range(3)]
                 probes.append(asyncio.ensure_future(_last(plain, job)))
+                latest = await discoveries.put(key, f"round {round_}".encode())
                 verdict = asyncio.ensure_future(_last(checked, job))
+                leader_view = asyncio.ensure_future(from_leader.get(key))
                 await asyncio.sleep(0.05)  # let the requests reach the socket
             finally:
                 cluster.resume(follower)
             got = await asyncio.gather(*probes)
             short += sum(1 for g in got if g < seq)
             assert await verdict == seq, f"round {round_}: a checked read missed events"
+            entry = await leader_view
+            assert entry is not None
+            assert entry.seq == latest, f"round {round_}: the Discovery read is not the latest"
             if short and round_ >= 5:
                 break
         assert short, "the frozen follower never answered behind the leader: no staleness shown"
@@ -148,6 +162,8 @@ async def test_a_read_checked_against_the_leader_never_misses_what_a_lagging_fol
         await writer.aclose()
         await plain.aclose()
         await checked.aclose()
+        await discoveries.aclose()
+        await from_leader.aclose()
 
 
 async def _last(store: RecordStore, job: str) -> int:
