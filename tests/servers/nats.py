@@ -37,6 +37,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
 
+from nats.aio.client import Client as NATS
+from nats.errors import Error as NatsError
+
 __all__ = ["NatsCluster", "NatsServer", "NatsServerError", "free_port", "nats_server_binary"]
 
 _READY_LINE = "Server is ready"
@@ -457,6 +460,17 @@ class NatsCluster:
                     state = detail.get("state") or {}
                     return int(state.get("messages", 0)), int(state.get("last_seq", 0))
         raise NatsServerError(f"server {self.names[i]} holds no replica of {stream}")
+
+    @staticmethod
+    async def stream_leader_via(nc: NATS, stream: str, api_prefix: str = "$JS.API") -> str | None:
+        """The name of ``stream``'s leader as ``STREAM.INFO`` says (``cluster.leader``), asked
+        on ``nc`` (so it works with whatever identity the test connects as); None while it
+        has none or nobody answers."""
+        try:
+            info = await nc.jetstream(prefix=api_prefix, timeout=5).stream_info(stream)
+        except (NatsError, TimeoutError):
+            return None
+        return info.cluster.leader if info.cluster is not None else None
 
     def healthy(self, i: int) -> bool:
         """Whether server ``i`` says its JetStream is current (``/healthz`` answers 200)."""
