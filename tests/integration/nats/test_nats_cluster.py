@@ -91,17 +91,30 @@ async def test_ensure_streams_waits_for_quorum_then_creates_r3_streams(
 async def test_ensure_streams_during_a_meta_leader_election(
     cluster: NatsCluster, cluster_layout: Layout
 ) -> None:
+    """kill -9 of the meta leader, then ensure_streams at once: it waits out the election
+    (no reply) and the placement of R3 streams while a peer is offline (10005), and creates
+    them once the killed server is back."""
     leader = cluster.meta_leader()
     assert leader is not None
+    victim = cluster.index(leader)
+    survivors = [i for i in range(len(cluster.names)) if i != victim]
     async with _connect(cluster.urls) as nc:
-        await asyncio.to_thread(cluster.kill, cluster.index(leader))
-        # At once, while the others elect a new meta leader (about 5 s).
-        done = await asyncio.wait_for(
-            ensure_streams_until(nc, asyncio.Event(), 3, layout=cluster_layout), 90
+        await asyncio.to_thread(cluster.kill, victim)
+        ensuring = asyncio.ensure_future(
+            ensure_streams_until(nc, asyncio.Event(), 3, layout=cluster_layout)
         )
-        assert done is True
+
+        def elected() -> None:
+            new = cluster.meta_leader(survivors)
+            assert new is not None
+            assert new != leader
+
+        await assert_eventually(elected, timeout_s=60, interval_s=0.2)
+        await asyncio.to_thread(cluster.start_server, victim)
+        assert await asyncio.wait_for(ensuring, 90) is True
         await ensure_streams(nc, 3, layout=cluster_layout)  # idempotent on the new leader
-        assert cluster.meta_leader() != leader
+        info = await nc.jetstream().stream_info(cluster_layout.record_stream)
+        assert info.config.num_replicas == 3
 
 
 async def test_a_read_checked_against_the_leader_never_misses_what_a_lagging_follower_lacks(
