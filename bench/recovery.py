@@ -12,10 +12,16 @@ one and two poll intervals (1.5 on average), plus the passes' own time.
 The observer and the supervisor run as processes (``python -m services.*``) against a
 private nats-server, as deployed.
 
-    python bench/recovery.py [--runs 20] [--poll-interval 1.0] [--seed 1]
+With ``--cluster`` the same runs are measured again on a 3-server JetStream cluster it
+starts (streams at replicas 3, every service given the three URLs), in the same run, and
+both engines' figures are printed side by side.
+
+    python bench/recovery.py [--runs 20] [--poll-interval 1.0] [--seed 1] [--cluster]
 
 The last line is one JSON object: {"p50_s", "p99_s", "poll_interval_s", "runs"} plus
-"p50_over_poll" (the median in poll intervals, measured in the same run).
+"p50_over_poll" (the median in poll intervals, measured in the same run), for one server;
+with ``--cluster`` also "cluster" (the same figures on the cluster) and
+"cluster_over_server" (the cluster's p50 over the one server's).
 """
 
 from __future__ import annotations
@@ -34,9 +40,10 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
 
+from bench.engines import EngineKind, nats_engine
 from dispatch_core import Action, CauseKind, ObjectRef, RecoveryPolicy, RecoveryRule
+from tests.e2e.cluster.harness import ClusterRuntime
 from tests.e2e.runtime.harness import Runtime, shell
-from tests.servers.nats import NatsServer
 from tests.util import assert_eventually
 
 JOB = "bench-recovery"
@@ -69,15 +76,38 @@ async def _runner_time(rt: Runtime, ref: ObjectRef, name: str, key: str) -> date
     return await assert_eventually(probe, timeout_s=120, interval_s=0.02)
 
 
-async def run(args: argparse.Namespace) -> dict[str, float | int]:
-    with tempfile.TemporaryDirectory(prefix="bench-recovery-") as tmp:
-        server = NatsServer(Path(tmp) / "store")
-        server.start()
-        rt = Runtime(server.url, Path(tmp) / "rt", poll_interval_s=args.poll_interval)
+async def run(args: argparse.Namespace) -> dict[str, object]:
+    kinds: list[EngineKind] = ["server", "cluster"] if args.cluster else ["server"]
+    figures = {kind: await run_on(kind, args) for kind in kinds}
+    result: dict[str, object] = dict(figures["server"])
+    if args.cluster:
+        server, cluster = figures["server"], figures["cluster"]
+        print(f"{'':18}{'one server':>12}{'3-server cluster':>20}", file=sys.stderr)
+        for key in ("p50_s", "p99_s", "p50_over_poll"):
+            print(f"{key:18}{server[key]:>12.3f}{cluster[key]:>20.3f}", file=sys.stderr)
+        result["cluster"] = cluster
+        result["cluster_over_server"] = round(cluster["p50_s"] / server["p50_s"], 3)
+    return result
+
+
+async def run_on(kind: EngineKind, args: argparse.Namespace) -> dict[str, float]:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-recovery-") as tmp,
+        nats_engine(kind, Path(tmp)) as engine,
+    ):
+        servers = len(engine.urls)
+        print(f"-- {kind} ({servers} server(s), replicas {engine.replicas})", file=sys.stderr)
+        rt = ClusterRuntime(
+            engine.url,
+            Path(tmp) / "rt",
+            replicas=engine.replicas,
+            poll_interval_s=args.poll_interval,
+        )
         try:
             await rt.open()
-            await rt.observer_process(log_level="warning")
-            await rt.supervisor_process(log_level="warning")
+            replicas = str(engine.replicas)
+            await rt.observer_process(log_level="warning", stream_replicas=replicas)
+            await rt.supervisor_process(log_level="warning", stream_replicas=replicas)
             policy = RecoveryPolicy(
                 rules=(
                     RecoveryRule(
@@ -101,7 +131,6 @@ async def run(args: argparse.Namespace) -> dict[str, float | int]:
                 print(f"run {n}: {latencies[-1]:.3f} s", file=sys.stderr)
         finally:
             await rt.close()
-            server.stop()
     cuts = statistics.quantiles(latencies, n=100, method="inclusive")
     p50 = statistics.median(latencies)
     return {
@@ -118,6 +147,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--poll-interval", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="also measure on a 3-server JetStream cluster (R3 streams) and compare",
+    )
     args = parser.parse_args()
     print(json.dumps(asyncio.run(run(args))))
 
