@@ -5,6 +5,12 @@ notifier) run as processes given every server's URL, as a site would deploy them
 
 The environments of the four services are built here (:func:`service_env`), so a test can
 also start one of them on its own (against a server not yet up, for instance).
+
+Authorization is on: given a :class:`~tests.servers.locked_nats.LockedNats` site (its servers'
+configs rendered by ``dispatch_nats.permissions``), every service connects as its own
+identity (its nkey seed file and inbox prefix, as ``dispatch up`` hands them over) and the
+test's own connection as the site's harness user (what it appends in a service's stead goes
+out as that writer's identity).
 """
 
 from __future__ import annotations
@@ -14,11 +20,14 @@ from pathlib import Path
 from typing import Any, Final
 
 import nats
+from nats.aio.client import Client as NATS
 
+from dispatch_core import WriterKind
 from dispatch_nats import LatestStore, StreamKind
 from services.common.lifecycle import ensure_streams_until
 from tests.e2e.installation import Subprocess
 from tests.e2e.runtime.harness import Runtime
+from tests.servers.locked_nats import LockedNats, identity_of
 from tests.servers.nats import free_port
 from tests.util import AsTheirWriters
 
@@ -45,6 +54,7 @@ def service_env(
     webhook_url: str = "",
     cluster: str = "local",
     poll_interval_s: float = 0.5,
+    site: LockedNats | None = None,
 ) -> dict[str, str]:
     """The environment of ``python -m services.<service>`` (its own variables only).
 
@@ -59,6 +69,8 @@ def service_env(
         webhook_url: the notifier's webhook (default: a port nobody listens on).
         cluster: the observer's cluster.
         poll_interval_s: the observer's poll interval.
+        site: a locked site: the service connects as its identity there (its URLs, seed
+            file and inbox prefix; ``namespace`` must be the site's).
     """
     prefix = service.upper()
     if clusters_file is None:
@@ -103,21 +115,40 @@ def service_env(
         )
     else:
         raise ValueError(f"no service {service!r}")
-    return {f"{prefix}_{k}": v for k, v in env.items()}
+    out = {f"{prefix}_{k}": v for k, v in env.items()}
+    if site is not None:
+        out.update(site.service_env(identity_of(service, cluster)))
+    return out
 
 
 class ClusterRuntime(Runtime):
     """A :class:`Runtime` whose streams have ``replicas`` copies and whose services are
-    given every server's URL (``nats_url`` is a comma list)."""
+    given every server's URL (``nats_url`` is a comma list); with ``site``, on that locked
+    site (its URLs and layout), each service as its own identity."""
 
-    def __init__(self, nats_url: str, tmp: Path, *, replicas: int = 3, **options: Any) -> None:
-        super().__init__(nats_url, tmp, **options)
+    def __init__(
+        self,
+        nats_url: str,
+        tmp: Path,
+        *,
+        replicas: int = 3,
+        site: LockedNats | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(site.url if site is not None else nats_url, tmp, **options)
         self.replicas = replicas
+        self.site = site
+        self._writers: dict[WriterKind, NATS] = {}
+        if site is not None:
+            self.layout = site.layout  # the permissions were rendered for its names
 
     async def open(self) -> None:
         """Connect to every server (the test's own reads and writes), create the streams."""
         self._nc = await nats.connect(
-            self.nats_url.split(","), max_reconnect_attempts=-1, reconnect_time_wait=0.1
+            self.nats_url.split(","),
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.1,
+            **(self.site.client_options() if self.site is not None else {}),
         )
         # As the services do: a cluster just started may still be settling its meta leader.
         created = ensure_streams_until(self._nc, asyncio.Event(), self.replicas, layout=self.layout)
@@ -125,9 +156,20 @@ class ClusterRuntime(Runtime):
         # Reads checked against the stream's leader: the test's verdicts must not come from
         # a replica still catching up after a fault it injected.
         wait_s = 20.0
+        # On a locked site what the test appends in a service's stead (a submission, an
+        # operator's command) goes out as that writer's identity, on its own connection.
+        if self.site is not None:
+            for kind in WriterKind:
+                self._writers[kind] = await nats.connect(
+                    self.nats_url.split(","),
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=0.1,
+                    **self.site.client_options(kind.value),
+                )
         self._records = AsTheirWriters(
             self._nc,
             layout=self.layout,
+            connections=self._writers,
             ack_timeout_s=wait_s,
             read_timeout_s=wait_s,
             check_reads=True,
@@ -144,6 +186,28 @@ class ClusterRuntime(Runtime):
             for kind in (StreamKind.STATUS, StreamKind.DISCOVERY)
         )
 
+    async def close(self) -> None:
+        """As :meth:`Runtime.close`, and close the writers' connections."""
+        try:
+            await super().close()
+        finally:
+            for nc in self._writers.values():
+                await nc.close()
+            self._writers.clear()
+
+    def observer_env(self, **extra: str) -> dict[str, str]:
+        """The in-process or ``observer_process`` environment, as the site's observer."""
+        return {**super().observer_env(**extra), **self._identity_env("observer")}
+
+    def supervisor_env(self, **extra: str) -> dict[str, str]:
+        """The in-process or ``supervisor_process`` environment, as the site's supervisor."""
+        return {**super().supervisor_env(**extra), **self._identity_env("supervisor")}
+
+    def _identity_env(self, service: str) -> dict[str, str]:
+        if self.site is None:
+            return {}
+        return self.site.service_env(identity_of(service, self.backend.cluster))
+
     def env(self, service: str, **extra: str) -> dict[str, str]:
         """``service``'s environment in this installation (plus ``extra`` variables, named
         without the service's prefix)."""
@@ -155,6 +219,7 @@ class ClusterRuntime(Runtime):
             replicas=self.replicas,
             clusters_file=self.clusters_file,
             poll_interval_s=self.poll_interval_s,
+            site=self.site,
         )
         env.update({f"{service.upper()}_{k.upper()}": v for k, v in extra.items()})
         return env

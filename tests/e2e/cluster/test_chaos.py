@@ -19,6 +19,10 @@ At the end:
   replacement ran to its end), ``failed`` with cause ``preempted`` if preempted twice (the
   budget of one spent), with its escalation delivered by the notifier;
 * no service process exited (each one is still running, then ends with 0 on SIGTERM).
+
+Authorization is on: the servers' configs are rendered by ``dispatch_nats.permissions`` (the
+services' identities and permissions, the cluster block; no anonymous user), and each
+service connects as its own identity (``conftest.locked_cluster``).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from dispatch_nats import RecordStore
 from tests.e2e.cluster.harness import API_TOKEN, ClusterRuntime
 from tests.e2e.installation import Subprocess
 from tests.integration.notifier.support import Receiver
+from tests.servers.locked_nats import LockedNats
 from tests.servers.nats import NatsCluster
 from tests.util import assert_eventually
 
@@ -68,8 +73,8 @@ async def receiver() -> AsyncIterator[Receiver]:
 
 
 @contextlib.asynccontextmanager
-async def _runtime(cluster: NatsCluster, tmp: Path) -> AsyncIterator[ClusterRuntime]:
-    rt = ClusterRuntime(cluster.url, tmp, replicas=3, poll_interval_s=0.5, kill_wait_s=1.0)
+async def _runtime(site: LockedNats, tmp: Path) -> AsyncIterator[ClusterRuntime]:
+    rt = ClusterRuntime(site.url, tmp, replicas=3, site=site, poll_interval_s=0.5, kill_wait_s=1.0)
     await rt.open()
     try:
         yield rt
@@ -79,10 +84,14 @@ async def _runtime(cluster: NatsCluster, tmp: Path) -> AsyncIterator[ClusterRunt
 
 @pytest.mark.parametrize("replicas", [1, 2], ids=["one-supervisor", "two-supervisors"])
 async def test_a_cluster_that_loses_nothing(
-    nats_cluster: NatsCluster, receiver: Receiver, tmp_path: Path, replicas: int
+    locked_cluster: LockedNats,
+    nats_cluster: NatsCluster,
+    receiver: Receiver,
+    tmp_path: Path,
+    replicas: int,
 ) -> None:
     rng = random.Random(replicas)
-    async with _runtime(nats_cluster, tmp_path / "rt") as rt:
+    async with _runtime(locked_cluster, tmp_path / "rt") as rt:
         services: list[Subprocess] = [await rt.process("observer")]
         for i in range(replicas):
             services.append(await rt.process("supervisor", name=f"supervisor-{i}"))
@@ -301,7 +310,8 @@ async def _assert_replicas_agree(cluster: NatsCluster, rt: ClusterRuntime, final
 
     await assert_eventually(same_state, timeout_s=60, interval_s=0.5)
     for url in cluster.urls:
-        nc: NATS = await nats.connect([url], max_reconnect_attempts=-1)
+        assert rt.site is not None
+        nc: NATS = await nats.connect([url], max_reconnect_attempts=-1, **rt.site.client_options())
         try:
             store = RecordStore(nc, writer=WriterKind.API, layout=rt.layout, read_timeout_s=20)
             for job, events in final.items():

@@ -7,6 +7,10 @@ Each of the four services runs as ``python -m services.<name>``:
 * started against a cluster that has no JetStream quorum (two of three servers down: no
   meta leader, stream creation can't be answered), it keeps retrying ``ensure_streams``
   and is ready once the cluster has elected its leaders.
+
+Authorization is on throughout: each service connects as its own identity to servers whose
+configs ``dispatch_nats.permissions`` rendered (``tests.servers.locked_nats``), one server or
+the 3-server cluster.
 """
 
 from __future__ import annotations
@@ -14,15 +18,16 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-import uuid
 from pathlib import Path
 
 import aiohttp
 import pytest
 
+from tests.e2e.cluster.conftest import locked_site
 from tests.e2e.cluster.harness import SERVICES, service_env
 from tests.e2e.installation import Subprocess
-from tests.servers.nats import NatsCluster, NatsServer, free_port
+from tests.servers.locked_nats import LockedNats
+from tests.servers.nats import NatsCluster
 from tests.util import assert_eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -32,8 +37,11 @@ PROMPT_EXIT_S = 5.0
 under a second on an idle machine; the rest is for a loaded one)."""
 
 
-def _process(service: str, nats_url: str, tmp: Path, replicas: int = 1) -> Subprocess:
-    env = service_env(service, nats_url=nats_url, namespace=f"s{uuid.uuid4().hex[:10]}", tmp=tmp)
+def _process(service: str, site: LockedNats, tmp: Path, replicas: int = 1) -> Subprocess:
+    """``python -m services.<service>`` as its own identity of ``site``."""
+    env = service_env(
+        service, nats_url=site.url, namespace=site.layout.namespace, tmp=tmp, site=site
+    )
     env[f"{service.upper()}_STREAM_REPLICAS"] = str(replicas)
     env["PYTHONUNBUFFERED"] = "1"
     return Subprocess(service, f"services.{service}", env, tmp / f"{service}.log")
@@ -78,9 +86,9 @@ async def _stop_promptly(proc: Subprocess) -> None:
 async def test_sigterm_while_nats_is_down_ends_the_service_promptly(
     service: str, tmp_path: Path
 ) -> None:
-    server = NatsServer(tmp_path / "store")
-    server.port = free_port()  # never started: nobody listens there
-    proc = _process(service, server.url, tmp_path)
+    site = locked_site(tmp_path / "site")
+    site.fix_port()  # never started: nobody listens there
+    proc = _process(service, site, tmp_path)
     await proc.start(wait_ready=False)
     try:
         await _wait_log(proc, "nats.connect_failed")
@@ -94,14 +102,14 @@ async def test_sigterm_while_nats_is_down_ends_the_service_promptly(
 async def test_a_service_started_before_nats_starts_once_nats_is_up(
     service: str, tmp_path: Path
 ) -> None:
-    server = NatsServer(tmp_path / "store")
-    server.port = free_port()
-    proc = _process(service, server.url, tmp_path)
+    site = locked_site(tmp_path / "site")
+    site.fix_port()
+    proc = _process(service, site, tmp_path)
     await proc.start(wait_ready=False)
     try:
         await _wait_log(proc, "nats.connect_failed")
         assert await _healthz(proc) != 200
-        await asyncio.to_thread(server.start)
+        await asyncio.to_thread(site.start)
 
         async def ready() -> None:
             assert proc.returncode is None, f"{service} exited:\n{proc.log_tail()}"
@@ -111,18 +119,18 @@ async def test_a_service_started_before_nats_starts_once_nats_is_up(
         await _stop_promptly(proc)
     finally:
         await proc.kill()
-        await asyncio.to_thread(server.stop)
+        await asyncio.to_thread(site.stop)
 
 
 @pytest.mark.parametrize("service", SERVICES)
 async def test_ensure_streams_waits_for_a_cluster_still_electing(
-    service: str, nats_cluster: NatsCluster, tmp_path: Path
+    service: str, locked_cluster: LockedNats, nats_cluster: NatsCluster, tmp_path: Path
 ) -> None:
     # Two of three servers down: the one left has no JetStream quorum, so no meta leader
     # answers stream info or creation (R3 streams can't be placed either).
     for i in (1, 2):
         await asyncio.to_thread(nats_cluster.kill, i)
-    proc = _process(service, nats_cluster.url, tmp_path, replicas=3)
+    proc = _process(service, locked_cluster, tmp_path, replicas=3)
     await proc.start(wait_ready=False)
     try:
         await _wait_log(proc, "startup.retry")
@@ -142,11 +150,11 @@ async def test_ensure_streams_waits_for_a_cluster_still_electing(
 
 @pytest.mark.parametrize("service", ["supervisor", "api"])
 async def test_sigterm_while_the_cluster_has_no_quorum_ends_the_service_promptly(
-    service: str, nats_cluster: NatsCluster, tmp_path: Path
+    service: str, locked_cluster: LockedNats, nats_cluster: NatsCluster, tmp_path: Path
 ) -> None:
     for i in (1, 2):
         await asyncio.to_thread(nats_cluster.kill, i)
-    proc = _process(service, nats_cluster.url, tmp_path, replicas=3)
+    proc = _process(service, locked_cluster, tmp_path, replicas=3)
     await proc.start(wait_ready=False)
     try:
         await _wait_log(proc, "startup.retry")
@@ -159,14 +167,14 @@ async def test_sigterm_while_the_cluster_has_no_quorum_ends_the_service_promptly
 async def test_sigterm_after_nats_went_away_ends_the_service_promptly(
     service: str, tmp_path: Path
 ) -> None:
-    server = NatsServer(tmp_path / "store")
-    await asyncio.to_thread(server.start)
-    proc = _process(service, server.url, tmp_path)
+    site = locked_site(tmp_path / "site")
+    await asyncio.to_thread(site.start)
+    proc = _process(service, site, tmp_path)
     try:
-        await proc.start()  # ready: connected, streams made
-        await asyncio.to_thread(server.kill)
+        await proc.start()  # ready: connected as its identity, streams made
+        await asyncio.to_thread(site.server.kill)
         await _wait_log(proc, "nats.disconnected")
         await _stop_promptly(proc)
     finally:
         await proc.kill()
-        await asyncio.to_thread(server.stop)
+        await asyncio.to_thread(site.stop)
