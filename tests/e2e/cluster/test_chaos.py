@@ -174,6 +174,11 @@ async def test_a_cluster_that_loses_nothing(
         _assert_alive(services)
         for service in services:
             assert await service.stop() == 0, f"{service.name}:\n{service.log_tail()}"
+        # Each service's identity was enough for all it did: the server refused it nothing.
+        for service in services:
+            assert "permissions violation" not in service.log_text().lower(), (
+                f"{service.name} was refused something:\n{service.log_tail()}"
+            )
 
 
 async def _submit(http: aiohttp.ClientSession, base: str, job: str) -> None:
