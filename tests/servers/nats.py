@@ -239,8 +239,19 @@ class NatsServer:
         self.start()
 
     def pause(self) -> None:
-        """Freeze the server with SIGSTOP: it keeps its sockets but answers nothing."""
-        os.kill(self.pid, signal.SIGSTOP)
+        """Freeze the server with SIGSTOP: it keeps its sockets but answers nothing.
+
+        Returns once every thread of the process is stopped: the signal is delivered
+        asynchronously, and on a loaded machine a thread already running may still answer a
+        request sent right after ``kill`` returned (seen: an append acked 1 ms after it).
+        """
+        pid = self.pid
+        os.kill(pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10.0
+        while not _all_threads_stopped(pid):
+            if time.monotonic() > deadline:
+                raise NatsServerError(f"nats-server {pid} did not stop within 10 s of SIGSTOP")
+            time.sleep(0.001)
 
     def resume(self) -> None:
         """Let a paused server run again (SIGCONT)."""
@@ -284,6 +295,19 @@ def _read_port(ports_file: Path) -> int | None:
     except (OSError, ValueError, KeyError):
         return None
     return int(str(urls[0]).rsplit(":", 1)[1])
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of process ``pid`` is stopped (state ``T``, Linux ``/proc``)."""
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            stat = (task / "stat").read_text()
+            # "<tid> (<comm>) <state> ...": the name may hold spaces, the state follows ")".
+            if stat.rsplit(")", 1)[1].split()[0] not in ("T", "t"):
+                return False
+    except (OSError, IndexError):
+        return False
+    return True
 
 
 def free_port() -> int:
