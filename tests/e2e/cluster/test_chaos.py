@@ -40,7 +40,7 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from dispatch_core import CauseKind, Job, ObjectPhase, State, WriterKind
-from dispatch_nats import RecordStore
+from dispatch_nats import NatsStoreError, RecordStore
 from tests.e2e.cluster.harness import API_TOKEN, ClusterRuntime
 from tests.e2e.installation import Subprocess
 from tests.integration.notifier.support import Receiver
@@ -55,9 +55,10 @@ PREEMPT_ONCE: Final = 20
 """Jobs preempted once: resubmitted, then succeed."""
 PREEMPT_TWICE: Final = 10
 """Jobs preempted twice: the budget of one spent, they fail."""
-RUN_S: Final = 8
-"""How long each execution runs (``sleep``), seconds: long enough to be preempted and to
-still be running while the servers fail."""
+RUN_S: Final = 15
+"""How long each execution runs (``sleep``), seconds: long enough to be preempted (even on
+a loaded machine, whose injector loop may come round late) and to still be running while
+the servers fail."""
 POLICY: Final = {"rules": [{"on": ["preempted"], "action": "resubmit", "budget": 1}]}
 SETTLE_TIMEOUT_S: Final = 300.0
 
@@ -133,8 +134,14 @@ async def test_a_cluster_that_loses_nothing(
             statuses = {job: await rt.status(job) for job in jobs}
             unsettled = [j for j, s in statuses.items() if s is None or not s.settled]
             assert not unsettled, f"{len(unsettled)} jobs not settled: {unsettled[:5]}"
+            # What the scheduler itself says ended each job's executions (the local
+            # backend's runners), not what the supervisor recorded.
+            preempted = await _preempted_executions(rt)
             for job, j in folded.items():
-                _assert_outcome(job, j, preemptions.get(job, 0))
+                _assert_outcome(job, j, preempted.get(job, 0))
+            assert sum(1 for n in preempted.values() if n >= 2) >= PREEMPT_TWICE // 2, (
+                f"too few jobs were preempted twice to show anything: {preempted}"
+            )
             return folded
 
         try:
@@ -219,14 +226,20 @@ async def _preempt(
     while any(preemptions.get(j, 0) < n for j, n in wanted.items()):
         objects = await rt.objects()
         now = loop.time()
-        for job, n in wanted.items():
+        for job, n in list(wanted.items()):
             done = preemptions.get(job, 0)
             if done >= n:
                 continue
-            for obj in objects.get(job, ()):
-                if obj.submission != done + 1 or obj.phase is not ObjectPhase.RUNNING:
+            current = [o for o in objects.get(job, ()) if o.submission == done + 1]
+            if any(o.phase is ObjectPhase.ENDED for o in current):
+                # Its execution ended before its moment came (a loaded machine): the job
+                # is judged by what ended its executions (the backend's own word).
+                del wanted[job]
+                continue
+            for obj in current:
+                if obj.phase is not ObjectPhase.RUNNING:
                     continue
-                at = due.setdefault((job, done + 1), now + rng.uniform(0.5, RUN_S / 2))
+                at = due.setdefault((job, done + 1), now + rng.uniform(0.2, 2.0))
                 if now >= at:
                     with contextlib.suppress(Exception):  # it may have just ended
                         await asyncio.to_thread(rt.backend.faults.preempt, obj.ref.id)
@@ -245,8 +258,26 @@ def _assert_outcome(job: str, j: Job, preempted: int) -> None:
         )
 
 
+async def _preempted_executions(rt: ClusterRuntime) -> dict[str, int]:
+    """How many of each job's objects ended preempted, as the local backend shows them."""
+    return {
+        job: sum(
+            1
+            for o in objs
+            if o.phase is ObjectPhase.ENDED
+            and o.cause is not None
+            and o.cause.kind is CauseKind.PREEMPTED
+        )
+        for job, objs in (await rt.objects()).items()
+    }
+
+
 async def _settled(rt: ClusterRuntime, job: str) -> bool:
-    status = await rt.status(job)
+    """Whether the job's Status says settled (False while the cluster can't answer)."""
+    try:
+        status = await rt.status(job)
+    except NatsStoreError:
+        return False
     return status is not None and status.settled
 
 
