@@ -42,7 +42,7 @@ from dispatch_nats.permissions import (
     service_identities,
     users,
 )
-from tests.servers.nats import NatsCluster, NatsServer, free_port
+from tests.servers.nats import NatsCluster, NatsServer
 
 __all__ = ["HARNESS", "LockedNats", "connect_or_close", "identity_of"]
 
@@ -124,12 +124,6 @@ class LockedNats:
             self.cluster.stop()
         else:
             self.server.stop()
-
-    def fix_port(self) -> None:
-        """Choose the (single) server's port now, so a service can be pointed at it before
-        it starts."""
-        if self.server.port is None:
-            self.server.port = free_port()
 
     @property
     def urls(self) -> list[str]:

@@ -8,9 +8,9 @@ Each of the four services runs as ``python -m services.<name>``:
   meta leader, stream creation can't be answered), it keeps retrying ``ensure_streams``
   and is ready once the cluster has elected its leaders.
 
-Authorization is on throughout: each service connects as its own identity to servers whose
-configs ``dispatch_nats.permissions`` rendered (``tests.servers.locked_nats``), one server or
-the 3-server cluster.
+Authorization is on throughout: each service connects as its own identity to a 3-server
+cluster whose configs ``dispatch_nats.permissions`` rendered (``tests.servers.locked_nats``),
+given the three URLs, streams at replicas 3.
 """
 
 from __future__ import annotations
@@ -86,9 +86,8 @@ async def _stop_promptly(proc: Subprocess) -> None:
 async def test_sigterm_while_nats_is_down_ends_the_service_promptly(
     service: str, tmp_path: Path
 ) -> None:
-    site = locked_site(tmp_path / "site")
-    site.fix_port()  # never started: nobody listens there
-    proc = _process(service, site, tmp_path)
+    site = locked_site(tmp_path / "site", size=3)  # never started: nobody listens there
+    proc = _process(service, site, tmp_path, replicas=3)
     await proc.start(wait_ready=False)
     try:
         await _wait_log(proc, "nats.connect_failed")
@@ -102,9 +101,8 @@ async def test_sigterm_while_nats_is_down_ends_the_service_promptly(
 async def test_a_service_started_before_nats_starts_once_nats_is_up(
     service: str, tmp_path: Path
 ) -> None:
-    site = locked_site(tmp_path / "site")
-    site.fix_port()
-    proc = _process(service, site, tmp_path)
+    site = locked_site(tmp_path / "site", size=3)  # its ports are fixed, not yet listened on
+    proc = _process(service, site, tmp_path, replicas=3)
     await proc.start(wait_ready=False)
     try:
         await _wait_log(proc, "nats.connect_failed")
@@ -167,12 +165,14 @@ async def test_sigterm_while_the_cluster_has_no_quorum_ends_the_service_promptly
 async def test_sigterm_after_nats_went_away_ends_the_service_promptly(
     service: str, tmp_path: Path
 ) -> None:
-    site = locked_site(tmp_path / "site")
+    site = locked_site(tmp_path / "site", size=3)
     await asyncio.to_thread(site.start)
-    proc = _process(service, site, tmp_path)
+    proc = _process(service, site, tmp_path, replicas=3)
     try:
         await proc.start()  # ready: connected as its identity, streams made
-        await asyncio.to_thread(site.server.kill)
+        assert site.cluster is not None
+        for i in range(len(site.cluster.names)):  # the whole cluster goes away
+            await asyncio.to_thread(site.cluster.kill, i)
         await _wait_log(proc, "nats.disconnected")
         await _stop_promptly(proc)
     finally:
