@@ -5,15 +5,20 @@ next expected seq is the previous append's). This runs that shape through
 `RecordStore.append` on `--jobs` job records, and the same number of messages with the same
 bytes to the same subjects as raw `js.publish_async` (no headers, pipelined), in interleaved
 rounds against one private nats-server it starts, and prints both rates and their ratio.
+With ``--cluster`` it measures the same again on a 3-server JetStream cluster it starts
+(streams at replicas 3), in the same run, and prints both engines' figures side by side.
 
     python bench/append.py [--jobs 1000] [--events-per-job 10] [--rounds 3] [--in-flight 1000]
-                           [--no-auth]
+                           [--cluster] [--no-auth]
 
-The server is locked as `dispatch up` locks it (issue 10): both modes publish as the
+The servers are locked as `dispatch up` locks them (issue 10): both modes publish as the
 `supervisor` identity (an nkey user with its generated permissions, for both namespaces), so
-the figures include authorization; `--no-auth` measures an anonymous server instead.
+the figures include authorization, on one server and on the cluster (whose servers' configs
+come from the same renderer, with a cluster block); `--no-auth` measures anonymous servers.
 
-The last line is one JSON object: {"append_per_s", "raw_per_s", "ratio"} (target ratio >= 0.5).
+The last line is one JSON object: {"append_per_s", "raw_per_s", "ratio"} (one server; target
+ratio >= 0.5), and with ``--cluster`` also "cluster" (the same three figures on the cluster)
+and "cluster_over_server" (the cluster's append rate over the one server's).
 """
 
 from __future__ import annotations
@@ -32,8 +37,9 @@ from nats.aio.client import Client as NATS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.servers
 
+from bench.engines import Engine, EngineKind, nats_engine
 from dispatch_core import WriterKind
-from dispatch_nats import Layout, RecordStore, ensure_streams
+from dispatch_nats import Layout, RecordStore
 from dispatch_nats.identities import make_identities, seed_path
 from dispatch_nats.permissions import (
     Identity,
@@ -42,9 +48,8 @@ from dispatch_nats.permissions import (
     User,
     inbox_prefix,
     permissions,
-    render_server_config,
 )
-from tests.servers.nats import NatsServer
+from services.common.lifecycle import ensure_streams_until
 
 LAYOUTS = (Layout(namespace="bench-a"), Layout(namespace="bench-r"))
 """The appends' and the raw publishes' namespaces."""
@@ -90,9 +95,9 @@ async def raw_round(nc: NATS, subjects: list[str], events: int, payload: bytes) 
     return time.perf_counter() - t0
 
 
-def _locked_config(tmp: Path, layouts: list[Layout]) -> tuple[Path, Path]:
-    """A nats-server config admitting only the supervisor identity, with its permissions
-    under each of ``layouts``; return the config and the identity's seed file."""
+def _locked_users(tmp: Path, layouts: list[Layout]) -> tuple[list[User], Path]:
+    """The one user a locked engine admits: the supervisor identity, with its permissions
+    under each of ``layouts``; return it and the identity's seed file."""
     ident = Identity(Role.SUPERVISOR)
     keys = make_identities(tmp / "identities", [ident])
     perms = [permissions(layout, ident) for layout in layouts]
@@ -100,45 +105,58 @@ def _locked_config(tmp: Path, layouts: list[Layout]) -> tuple[Path, Path]:
         publish=tuple(dict.fromkeys(s for p in perms for s in p.publish)),
         subscribe=tuple(dict.fromkeys(s for p in perms for s in p.subscribe)),
     )
-    config = tmp / "nats.conf"
-    config.write_text(
-        render_server_config(
-            [User(identity=ident, nkey=keys[ident], permissions=union)],
-            port=-1,
-            store_dir=str(tmp / "store"),
-            server_name="bench",
-        )
+    return [User(identity=ident, nkey=keys[ident], permissions=union)], seed_path(
+        tmp / "identities", ident
     )
-    return config, seed_path(tmp / "identities", ident)
 
 
-async def run(args: argparse.Namespace) -> dict[str, float]:
+async def run(args: argparse.Namespace) -> dict[str, object]:
+    kinds: list[EngineKind] = ["server", "cluster"] if args.cluster else ["server"]
+    figures = {kind: await run_on(kind, args) for kind in kinds}
+    result: dict[str, object] = dict(figures["server"])
+    result["auth"] = args.auth
+    if args.cluster:
+        server, cluster = figures["server"], figures["cluster"]
+        print()
+        print(f"{'':28}{'one server':>14}{'3-server cluster':>20}")
+        for key in ("append_per_s", "raw_per_s", "ratio"):
+            print(f"{key:28}{server[key]:>14,.2f}{cluster[key]:>20,.2f}")
+        result["cluster"] = cluster
+        result["cluster_over_server"] = round(cluster["append_per_s"] / server["append_per_s"], 3)
+    return result
+
+
+async def run_on(kind: EngineKind, args: argparse.Namespace) -> dict[str, float]:
     payload = b"x" * args.payload
     with tempfile.TemporaryDirectory(prefix="bench-append-") as tmp:
         options: dict[str, Any] = {}
-        config = None
+        users = None
         if args.auth:
-            config, seed = _locked_config(Path(tmp), list(LAYOUTS))
+            users, seed = _locked_users(Path(tmp), list(LAYOUTS))
             ident = Identity(Role.SUPERVISOR)
             options = {"nkeys_seed": str(seed), "inbox_prefix": inbox_prefix(ident, LAYOUTS[0])}
-        server = NatsServer(Path(tmp) / "store", config_file=config)
-        server.start()
-        try:
-            nc = await nats.connect(server.url, **options)
+        with nats_engine(kind, Path(tmp), users=users) as engine:
+            auth = "on (supervisor identity)" if args.auth else "off (anonymous)"
+            print(
+                f"-- {kind} ({len(engine.urls)} server(s), replicas {engine.replicas}, "
+                f"authorization {auth})"
+            )
+            nc = await nats.connect(engine.urls, **options)
             try:
-                return await measure(nc, args, payload)
+                return await measure(nc, engine, args, payload)
             finally:
                 await nc.close()
-        finally:
-            server.stop()
 
 
-async def measure(nc: NATS, args: argparse.Namespace, payload: bytes) -> dict[str, float]:
+async def measure(
+    nc: NATS, engine: Engine, args: argparse.Namespace, payload: bytes
+) -> dict[str, float]:
     # Two identical record streams (the contract's config) so both modes write into a
     # stream of the same size; the subjects differ only by the namespace prefix.
     append_layout, raw_layout = LAYOUTS
-    await ensure_streams(nc, layout=append_layout)
-    await ensure_streams(nc, layout=raw_layout)
+    for layout in (append_layout, raw_layout):
+        # As the services do: a cluster just started may still be settling its leaders.
+        await ensure_streams_until(nc, asyncio.Event(), engine.replicas, layout=layout)
     store = RecordStore(
         nc,
         writer=WriterKind.SUPERVISOR,
@@ -203,6 +221,11 @@ def main() -> None:
         dest="auth",
         action="store_false",
         help="an anonymous server (default: locked, publishing as the supervisor identity)",
+    )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="also measure on a 3-server JetStream cluster (R3 streams) and compare",
     )
     result = asyncio.run(run(parser.parse_args()))
     print(json.dumps(result))

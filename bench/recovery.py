@@ -10,23 +10,32 @@ observer's next poll shows it pending; a pass opens its gate. So a recovery take
 one and two poll intervals (1.5 on average), plus the passes' own time.
 
 The observer and the supervisor run as processes (``python -m services.*``) against a
-private nats-server, as deployed.
+private nats-server, as deployed: locked, each service connecting as its own NATS identity
+(``--no-auth``: anonymous).
 
-    python bench/recovery.py [--runs 20] [--poll-interval 1.0] [--seed 1]
+With ``--cluster`` the same runs are measured again on a 3-server JetStream cluster it
+starts (streams at replicas 3, every service given the three URLs), in the same run, and
+both engines' figures are printed side by side.
+
+    python bench/recovery.py [--runs 20] [--poll-interval 1.0] [--seed 1] [--cluster] [--no-auth]
 
 The last line is one JSON object: {"p50_s", "p99_s", "poll_interval_s", "runs"} plus
-"p50_over_poll" (the median in poll intervals, measured in the same run).
+"p50_over_poll" (the median in poll intervals, measured in the same run), for one server;
+with ``--cluster`` also "cluster" (the same figures on the cluster) and
+"cluster_over_server" (the cluster's p50 over the one server's).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import statistics
 import sys
 import tempfile
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -34,9 +43,12 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
 
+from bench.engines import EngineKind, nats_engine
 from dispatch_core import Action, CauseKind, ObjectRef, RecoveryPolicy, RecoveryRule
+from dispatch_nats import Layout
+from tests.e2e.cluster.harness import ClusterRuntime
 from tests.e2e.runtime.harness import Runtime, shell
-from tests.servers.nats import NatsServer
+from tests.servers.locked_nats import LockedNats
 from tests.util import assert_eventually
 
 JOB = "bench-recovery"
@@ -69,15 +81,68 @@ async def _runner_time(rt: Runtime, ref: ObjectRef, name: str, key: str) -> date
     return await assert_eventually(probe, timeout_s=120, interval_s=0.02)
 
 
-async def run(args: argparse.Namespace) -> dict[str, float | int]:
-    with tempfile.TemporaryDirectory(prefix="bench-recovery-") as tmp:
-        server = NatsServer(Path(tmp) / "store")
-        server.start()
-        rt = Runtime(server.url, Path(tmp) / "rt", poll_interval_s=args.poll_interval)
+async def run(args: argparse.Namespace) -> dict[str, object]:
+    kinds: list[EngineKind] = ["server", "cluster"] if args.cluster else ["server"]
+    figures = {kind: await run_on(kind, args) for kind in kinds}
+    result: dict[str, object] = dict(figures["server"])
+    result["auth"] = args.auth
+    if args.cluster:
+        server, cluster = figures["server"], figures["cluster"]
+        print(f"{'':18}{'one server':>12}{'3-server cluster':>20}", file=sys.stderr)
+        for key in ("p50_s", "p99_s", "p50_over_poll"):
+            print(f"{key:18}{server[key]:>12.3f}{cluster[key]:>20.3f}", file=sys.stderr)
+        result["cluster"] = cluster
+        result["cluster_over_server"] = round(cluster["p50_s"] / server["p50_s"], 3)
+    return result
+
+
+@contextlib.contextmanager
+def _engine(
+    kind: EngineKind, tmp: Path, auth: bool
+) -> Iterator[tuple[str, int, LockedNats | None]]:
+    """Start the engine: (its URLs as a comma list, the streams' replicas, the locked site).
+
+    With ``auth`` the servers' configs are rendered by ``dispatch_nats.permissions`` (as
+    ``dispatch up`` and ``deploy/nats`` write them; a cluster block on the cluster): the
+    observer and the supervisor connect as their own identities, the bench's submission goes
+    out as the ``api`` identity, its reads as an all-permissions harness user.
+    """
+    if not auth:
+        with nats_engine(kind, tmp) as engine:
+            yield engine.url, engine.replicas, None
+        return
+    size = 3 if kind == "cluster" else 1
+    site = LockedNats(tmp / "site", layout=Layout(namespace="bench"), size=size, harness=True)
+    site.start()
+    try:
+        yield site.url, size, site
+    finally:
+        site.stop()
+
+
+async def run_on(kind: EngineKind, args: argparse.Namespace) -> dict[str, float]:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-recovery-") as tmp,
+        _engine(kind, Path(tmp), args.auth) as (url, replicas_n, site),
+    ):
+        servers = len(url.split(","))
+        auth = "on (each service its own identity)" if site is not None else "off"
+        print(
+            f"-- {kind} ({servers} server(s), replicas {replicas_n}, authorization {auth})",
+            file=sys.stderr,
+        )
+        rt = ClusterRuntime(
+            url,
+            Path(tmp) / "rt",
+            replicas=replicas_n,
+            site=site,
+            poll_interval_s=args.poll_interval,
+        )
         try:
             await rt.open()
-            await rt.observer_process(log_level="warning")
-            await rt.supervisor_process(log_level="warning")
+            replicas = str(replicas_n)
+            await rt.observer_process(log_level="warning", stream_replicas=replicas)
+            await rt.supervisor_process(log_level="warning", stream_replicas=replicas)
             policy = RecoveryPolicy(
                 rules=(
                     RecoveryRule(
@@ -101,7 +166,6 @@ async def run(args: argparse.Namespace) -> dict[str, float | int]:
                 print(f"run {n}: {latencies[-1]:.3f} s", file=sys.stderr)
         finally:
             await rt.close()
-            server.stop()
     cuts = statistics.quantiles(latencies, n=100, method="inclusive")
     p50 = statistics.median(latencies)
     return {
@@ -118,6 +182,17 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--poll-interval", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--no-auth",
+        dest="auth",
+        action="store_false",
+        help="anonymous servers (default: locked, each service its own identity)",
+    )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="also measure on a 3-server JetStream cluster (R3 streams) and compare",
+    )
     args = parser.parse_args()
     print(json.dumps(asyncio.run(run(args))))
 

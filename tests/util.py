@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 import msgspec
@@ -110,11 +110,22 @@ def written(record: Iterable[tuple[int, JobEvent]]) -> list[RecordItem]:
 class AsTheirWriters(RecordStore):
     """A record store for tests that play every service: each append goes out as the writer
     kind that appends its event(s) in production (:func:`writer_of`), through a store of that
-    kind on the same connection; reads are the same for every kind."""
+    kind on the same connection, or (``connections``) on that writer's own connection (its
+    NATS identity, on a locked server); reads are the same for every kind, on ``nc``."""
 
-    def __init__(self, nc: NATS, *, layout: Layout, **options: Any) -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        layout: Layout,
+        connections: Mapping[WriterKind, NATS] | None = None,
+        **options: Any,
+    ) -> None:
         super().__init__(nc, writer=WriterKind.API, layout=layout, **options)
-        self.by_kind = {k: RecordStore(nc, writer=k, layout=layout, **options) for k in WriterKind}
+        conns = connections or {}
+        self.by_kind = {
+            k: RecordStore(conns.get(k, nc), writer=k, layout=layout, **options) for k in WriterKind
+        }
 
     async def append(
         self, job_id: str, payload: bytes, *, expected_last_seq: int, msg_id: str

@@ -12,6 +12,7 @@ batch direct get (ADR-31) and stream info with paged `subjects_filter`.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 from collections.abc import Mapping
@@ -30,7 +31,13 @@ from nats.errors import (
 )
 from nats.errors import Error as NatsError
 
-from dispatch_nats.errors import PayloadTooLarge, StoreUnavailable, StreamNotFound, api_error
+from dispatch_nats.errors import (
+    JetStreamApiError,
+    PayloadTooLarge,
+    StoreUnavailable,
+    StreamNotFound,
+    api_error,
+)
 
 log = logging.getLogger("dispatch_nats")
 
@@ -42,6 +49,8 @@ DESCRIPTION: Final = "Description"
 NO_RESPONDERS: Final = "503"
 
 _SUB_PENDING_BYTES: Final = 256 * 1024 * 1024
+_ERR_NO_MESSAGE: Final = 10037
+_ERR_STREAM_NOT_FOUND: Final = 10059
 
 
 class ReplyTimeout(Exception):
@@ -314,6 +323,49 @@ class Wire:
             return None
         raise _status_error(what, stream, msg)
 
+    async def leader_get(
+        self, what: str, stream: str, body: Mapping[str, Any], *, api_prefix: str, timeout_s: float
+    ) -> Msg | None:
+        """Get one message from the stream's leader (`STREAM.MSG.GET`, not a direct get);
+        None if there is none.
+
+        A direct get may be answered by any replica of an `allow_direct` stream, one still
+        catching up included, so it can miss what the leader acknowledged. `STREAM.MSG.GET`
+        is answered by the leader only. The reply is returned shaped like a direct get's
+        (the `Nats-Subject`, `Nats-Sequence` and `Nats-Time-Stamp` headers, plus the
+        message's own), so the caller reads both the same way.
+
+        Raises:
+            StreamNotFound: the stream does not exist.
+            StoreUnavailable: no reply within `timeout_s` (no leader, or the connection down).
+            JetStreamApiError: another error (`JetStreamTemporaryError` while electing).
+        """
+        try:
+            resp = await self.api(
+                what,
+                f"{api_prefix}.STREAM.MSG.GET.{stream}",
+                body,
+                timeout_s=timeout_s,
+                stream=stream,
+            )
+        except JetStreamApiError as err:
+            if err.err_code == _ERR_NO_MESSAGE:
+                return None
+            if err.err_code == _ERR_STREAM_NOT_FOUND:
+                raise StreamNotFound(stream, str(body)) from err
+            raise
+        raw = resp.get("message") or {}
+        headers = _parse_headers(base64.b64decode(raw.get("hdrs") or ""))
+        headers["Nats-Subject"] = str(raw.get("subject", ""))
+        headers["Nats-Sequence"] = str(int(raw.get("seq", 0)))
+        headers["Nats-Time-Stamp"] = str(raw.get("time", ""))
+        return Msg(
+            self._nc,
+            subject=headers["Nats-Subject"],
+            data=base64.b64decode(raw.get("data") or ""),
+            headers=headers,
+        )
+
     async def direct_get_batch(
         self, what: str, stream: str, body: Mapping[str, Any], *, api_prefix: str, timeout_s: float
     ) -> tuple[list[Msg], int]:
@@ -357,6 +409,16 @@ def _status_error(what: str, stream: str, msg: Msg) -> Exception:
         0,
         str(headers.get(DESCRIPTION, "")) or msg.data.decode(errors="replace"),
     )
+
+
+def _parse_headers(block: bytes) -> dict[str, str]:
+    """The headers of a `NATS/1.0` header block (as stored by JetStream)."""
+    headers: dict[str, str] = {}
+    for line in block.decode(errors="replace").split("\r\n")[1:]:
+        name, sep, value = line.partition(":")
+        if sep and name:
+            headers[name.strip()] = value.strip()
+    return headers
 
 
 def header_int(msg: Msg, name: str) -> int:

@@ -8,7 +8,7 @@ callers never catch `nats.*` exceptions.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Final
 
 __all__ = [
     "AppendOutcomeUnknown",
@@ -20,6 +20,7 @@ __all__ = [
     "MsgIdReused",
     "NatsStoreError",
     "PayloadTooLarge",
+    "StaleRead",
     "StoreUnavailable",
     "StreamConfigConflict",
     "StreamNotFound",
@@ -154,6 +155,25 @@ class StreamNotFound(NatsStoreError):
         self.stream, self.subject = stream, subject
 
 
+class StaleRead(NatsStoreError):
+    """A read came from a replica behind the stream's leader and stayed behind.
+
+    Direct gets may be answered by any replica, one still catching up after a restart or a
+    leader change included. A reader that must not act on less than what is stored (a pass
+    whose wake must not be acknowledged with nothing done) checks its read against the
+    leader's last seq and raises this if it never caught up: retry later.
+    """
+
+    retryable: ClassVar[bool] = True
+
+    def __init__(self, what: str, wanted: int, got: int) -> None:
+        super().__init__(
+            f"{what}: the read reached seq {got}, but the stream's leader holds seq {wanted}; "
+            "a replica is catching up, try again"
+        )
+        self.what, self.wanted, self.got = what, wanted, got
+
+
 class JetStreamApiError(NatsStoreError):
     """JetStream refused a request with an API error the store does not handle itself."""
 
@@ -168,7 +188,21 @@ class JetStreamTemporaryError(JetStreamApiError):
     retryable: ClassVar[bool] = True
 
 
+_TEMPORARY_ERR_CODES: Final = frozenset(
+    {
+        10005,  # no suitable peers for placement: a server of the cluster is down or rejoining
+        10008,  # JetStream system temporarily unavailable: no meta leader yet
+        10009,  # the cluster can't handle the request: leader changing
+        10118,  # stream is offline
+        10119,  # consumer is offline
+        10164,  # wrong last sequence (no number): an earlier write still replicating
+    }
+)
+
+
 def api_error(what: str, code: int, err_code: int, description: str) -> JetStreamApiError:
-    """Return the error class for a JetStream API error reply: temporary for 500/503."""
-    cls = JetStreamTemporaryError if code in (500, 503) else JetStreamApiError
+    """Return the error class for a JetStream API error reply: temporary for 500/503 and
+    for the cluster's "not now" answers (no meta leader, peers missing, offline)."""
+    temporary = code in (500, 503) or err_code in _TEMPORARY_ERR_CODES
+    cls = JetStreamTemporaryError if temporary else JetStreamApiError
     return cls(what, code, err_code, description)

@@ -103,6 +103,7 @@ class LatestStore:
         read_timeout_s: float = 2.0,
         max_in_flight: int = 1024,
         watch_heartbeat_s: float = 2.0,
+        read_from_leader: bool = False,
     ) -> None:
         """Use `nc` and the `kind` stream of `layout` (created beforehand by `ensure_streams`).
 
@@ -114,6 +115,10 @@ class LatestStore:
             read_timeout_s: how long a read waits for each reply, in seconds.
             max_in_flight: most requests waiting for replies at once.
             watch_heartbeat_s: idle heartbeat of `watch`'s consumer, in seconds.
+            read_from_leader: `get` asks the stream's leader (`STREAM.MSG.GET`) rather than
+                any replica (a direct get, which a replica still catching up may answer
+                with an older value); for a reader that acts on the value, such as a
+                supervisor pass woken by it.
 
         Raises:
             ValueError: `kind` is the record stream.
@@ -127,6 +132,7 @@ class LatestStore:
         self._ack_timeout_s = ack_timeout_s
         self._read_timeout_s = read_timeout_s
         self._watch_heartbeat_s = watch_heartbeat_s
+        self._read_from_leader = read_from_leader
 
     @classmethod
     def discovery(cls, nc: NATS, *, layout: Layout = DEFAULT_LAYOUT) -> Self:
@@ -265,7 +271,8 @@ class LatestStore:
             StoreUnavailable: no reply within `read_timeout_s`.
         """
         subject = self.subject(key)
-        msg = await self._wire.direct_get(
+        get = self._wire.leader_get if self._read_from_leader else self._wire.direct_get
+        msg = await get(
             f"get {subject!r}",
             self._stream,
             {"last_by_subj": subject},

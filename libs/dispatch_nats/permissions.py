@@ -10,7 +10,8 @@ identity            may
 ``api``             append under its own writer kind (``dispatch.record.*.api``); read the
                     record, statuses and discoveries; follow statuses (the SSE stream)
 ``supervisor``      append as ``supervisor``; publish statuses and pass requests; read
-                    everything it folds; its three shared durable consumers
+                    everything it folds (the record's last seq and Discoveries also from the
+                    stream leader, ``STREAM.MSG.GET``); its three shared durable consumers
                     (``<durable>-record``, ``-discovery``, ``-work``); follow statuses
 ``notifier``        append as ``notifier`` (deliveries); read the record; its durable
                     consumer on the record stream (``<durable>``)
@@ -206,6 +207,9 @@ def permissions(
                 layout.work_filter,
             ]
             pub += js.direct_get(rec, stat, disc)
+            # a pass's reads checked against the stream leader (a replica may lag on a
+            # cluster): the record's last seq and the latest Discovery, read-only
+            pub += js.leader_get(rec, disc)
             pub += js.ordered(stat)
             pub += js.durable(rec, f"{supervisor_durable}-record")
             pub += js.durable(disc, f"{supervisor_durable}-discovery")
@@ -256,6 +260,11 @@ class _JetStream:
 
     def direct_get(self, *streams: str) -> list[str]:
         return [f"{self._p}.DIRECT.GET.{s}" for s in streams]
+
+    def leader_get(self, *streams: str) -> list[str]:
+        """``STREAM.MSG.GET``: one message, answered by the stream's leader only (read-only;
+        ``STREAM.MSG.DELETE`` is another subject, never granted)."""
+        return [f"{self._p}.STREAM.MSG.GET.{s}" for s in streams]
 
     def ordered(self, *streams: str) -> list[str]:
         """nats-py's ordered consumer: an unnamed ephemeral consumer created (and re-created

@@ -40,6 +40,7 @@ from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
 from dispatch_core import MalformedRecord, WriterKind
+from dispatch_core.backoff import Backoff
 from dispatch_nats._feed import MessageFeed, OrderedFeed
 from dispatch_nats._wire import (
     EXPECTED_LAST_SUBJECT_SEQ,
@@ -60,6 +61,7 @@ from dispatch_nats.errors import (
     InvalidName,
     JetStreamApiError,
     MsgIdReused,
+    StaleRead,
     StoreUnavailable,
     StreamNotFound,
     api_error,
@@ -74,6 +76,10 @@ MAX_BATCH: Final = 1000
 """Most events `append_many` takes at once (nats-server's default atomic batch limit)."""
 
 _ERR_WRONG_LAST_SEQ: Final = 10071
+_ERR_WRONG_LAST_SEQ_IN_FLIGHT: Final = 10164
+"""`wrong last sequence` without a number: a clustered stream's leader could not check the
+expected seq because an earlier append to the subject was still being replicated (seen on
+an R3 stream right after a follower thawed). Nothing was stored: send it again."""
 _ERR_BATCH_INCOMPLETE: Final = 10176
 _ERR_BATCH_DUPLICATE_MSG_ID: Final = 10201
 _WRONG_LAST_SEQ: Final = re.compile(r"wrong last sequence: (\d+)")
@@ -82,6 +88,8 @@ _BATCH_ID: Final = "Nats-Batch-Id"
 _BATCH_SEQ: Final = "Nats-Batch-Sequence"
 _BATCH_COMMIT: Final = "Nats-Batch-Commit"
 _STALE_READ_RETRIES: Final = 3
+_NO_STREAM_BACKOFF: Final = Backoff(base_s=0.25, max_s=2.0, jitter=0.0)
+"""Pauses between appends that no stream answered (a stream leader being elected)."""
 
 
 class RecordEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -150,6 +158,7 @@ class RecordStore:
         page_size: int = 1000,
         page_bytes: int = 8 * 1024 * 1024,
         follow_heartbeat_s: float = 2.0,
+        check_reads: bool = False,
     ) -> None:
         """Use `nc` and the streams of `layout` (created beforehand by `ensure_streams`).
 
@@ -167,6 +176,9 @@ class RecordStore:
             page_size: most events per batch direct get.
             page_bytes: most payload bytes per batch direct get.
             follow_heartbeat_s: idle heartbeat of `follow`'s consumer, in seconds.
+            check_reads: check every `read` against the stream leader's last seq of the job
+                and read again while it is behind (see `read`); for a reader that acts on
+                what it read, such as a supervisor pass.
         """
         if attempts < 1:
             raise ValueError(f"attempts must be >= 1, got {attempts}")
@@ -180,6 +192,7 @@ class RecordStore:
         self._page_bytes = page_bytes
         self._follow_heartbeat_s = follow_heartbeat_s
         self._stream = layout.record_stream
+        self._check_reads = check_reads
 
     @property
     def layout(self) -> Layout:
@@ -264,6 +277,9 @@ class RecordStore:
                 return ack.seq
             if ack.error.err_code == _ERR_WRONG_LAST_SEQ:
                 return (await self._resolve_conflict(job_id, expected_last_seq, ack, [msg_id]))[0]
+            if ack.error.err_code == _ERR_WRONG_LAST_SEQ_IN_FLIGHT:
+                await self._in_flight(job_id, attempt)
+                continue
             raise api_error(
                 f"job {job_id!r}: record append",
                 ack.error.code,
@@ -362,6 +378,9 @@ class RecordStore:
                 return list(range(ack.seq - n + 1, ack.seq + 1))
             if ack.error.err_code == _ERR_WRONG_LAST_SEQ:
                 return await self._resolve_conflict(job_id, expected_last_seq, ack, msg_ids)
+            if ack.error.err_code == _ERR_WRONG_LAST_SEQ_IN_FLIGHT:
+                await self._in_flight(job_id, attempt)
+                continue
             if ack.error.err_code == _ERR_BATCH_DUPLICATE_MSG_ID:
                 # For a batch JetStream checks msg ids before the expected seq: a retry of a
                 # stored batch lands here rather than on "wrong last sequence".
@@ -434,9 +453,19 @@ class RecordStore:
             if unknown:
                 raise AppendOutcomeUnknown(job_id, msg_id, expected, self._attempts)
             raise StreamNotFound(self._stream, subject)
-        delay = min(0.25 * 2 ** (attempt - 1), 2.0)
+        delay = _NO_STREAM_BACKOFF.delay(attempt, 0.0)
         log.warning(
             "record.append.no_stream",
+            extra={"job_id": job_id, "attempt": attempt, "retry_in_s": delay},
+        )
+        await asyncio.sleep(delay)
+
+    async def _in_flight(self, job_id: str, attempt: int) -> None:
+        """The leader could not check the expected seq yet (10164): wait, then send the same
+        append again (same msg ids, same expected seq: stored at most once)."""
+        delay = _NO_STREAM_BACKOFF.delay(attempt, 0.0)
+        log.info(
+            "record.append.in_flight",
             extra={"job_id": job_id, "attempt": attempt, "retry_in_s": delay},
         )
         await asyncio.sleep(delay)
@@ -506,6 +535,12 @@ class RecordStore:
         One batch direct get per page (`page_size` events or `page_bytes`), paging on the
         pending count JetStream reports at the end of each batch.
 
+        A direct get may be answered by any replica of the stream, one still catching up
+        included (after a restart or a leader change), so a read may miss events the leader
+        acknowledged. With `check_reads`, the leader's last seq of the job is asked first
+        (`leader_last_seq`) and the read is repeated, briefly, until it reaches it; a read
+        that stays behind raises `StaleRead`, never returns less than what is stored.
+
         Args:
             job_id: the job.
             after_seq: return only events after this seq (0: the whole record).
@@ -520,14 +555,50 @@ class RecordStore:
             ValueError: `after_seq` is negative.
             StreamNotFound: the record stream does not answer.
             StoreUnavailable: a reply did not come within `read_timeout_s`.
+            StaleRead: with `check_reads`, the replicas answering stayed behind the leader.
         """
         subject = self._layout.record_job_filter(job_id)
         if after_seq < 0:
             raise ValueError(f"after_seq must be >= 0, got {after_seq}")
-        out: list[RecordEntry] = []
-        async for msgs in self._pages(subject, after_seq, f"job {job_id!r}: read record"):
-            out.extend(self._entry(job_id, m) for m in msgs)
-        return out
+        through = await self.leader_last_seq(job_id) if self._check_reads else 0
+        what = f"job {job_id!r}: read record"
+        reached = after_seq
+        for attempt in range(_STALE_READ_RETRIES + 2):
+            out: list[RecordEntry] = []
+            async for msgs in self._pages(subject, after_seq, what):
+                out.extend(self._entry(job_id, m) for m in msgs)
+            reached = out[-1].seq if out else after_seq
+            if reached >= through:
+                return out
+            log.info(
+                "record.read.stale",
+                extra={"job_id": job_id, "reached": reached, "leader": through, "try": attempt},
+            )
+            await asyncio.sleep(0.05 * (attempt + 1))
+        raise StaleRead(what, through, reached)
+
+    async def leader_last_seq(self, job_id: str) -> int:
+        """Return the seq of the job's last event as the stream's leader holds it (0: none).
+
+        Asked with `STREAM.MSG.GET`, which only the leader answers, so it includes every
+        append JetStream acknowledged; `last_seq` (a direct get) may be answered by a
+        replica that is behind.
+
+        Raises:
+            InvalidName: bad job id.
+            StreamNotFound: the record stream does not exist.
+            StoreUnavailable: no reply within `read_timeout_s` (no leader yet).
+            JetStreamApiError: another refusal (`JetStreamTemporaryError` while electing).
+        """
+        subject = self._layout.record_job_filter(job_id)
+        msg = await self._wire.leader_get(
+            f"job {job_id!r}: leader last seq",
+            self._stream,
+            {"last_by_subj": subject},
+            api_prefix=self._layout.api_prefix,
+            timeout_s=self._read_timeout_s,
+        )
+        return 0 if msg is None else header_int(msg, "Nats-Sequence")
 
     def _entry(self, job_id: str, msg: Msg) -> RecordEntry:
         """The entry of a direct-get reply.

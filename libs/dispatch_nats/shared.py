@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Final, Self
@@ -26,8 +27,8 @@ from nats.errors import ConnectionClosedError
 from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.client import JetStreamContext
-from nats.js.errors import APIError
 
+from dispatch_core.backoff import Backoff
 from dispatch_nats._wire import Wire
 from dispatch_nats.contract import _validate_token
 from dispatch_nats.errors import (
@@ -36,15 +37,16 @@ from dispatch_nats.errors import (
     NatsStoreError,
     StoreUnavailable,
     StreamNotFound,
-    api_error,
 )
 
 __all__ = ["Delivery", "SharedFeed"]
 
-log = logging.getLogger("dispatch_nats.shared")
-
 _ERR_STREAM_NOT_FOUND: Final = 10059
-_RETRY_S: Final = 0.2  # pause before fetching again after a transient client error, seconds
+_RECOVER_BACKOFF: Final = Backoff(base_s=0.2, max_s=2.0)
+"""Pauses before re-creating the consumer after failed fetches (a leader election lasts
+about 5 s on a 3-server cluster)."""
+
+log = logging.getLogger("dispatch_nats.shared")
 
 
 class Delivery:
@@ -180,6 +182,7 @@ class SharedFeed:
         self._sub: JetStreamContext.PullSubscription | None = None
         self._buffer: list[Msg] = []
         self._closed = False
+        self._failures = 0
 
     async def start(self) -> None:
         """Create the durable consumer (or update it to this config) and bind to it.
@@ -192,6 +195,9 @@ class SharedFeed:
             StoreUnavailable: JetStream did not answer, or the connection is down.
             JetStreamApiError: JetStream refused the consumer's configuration.
         """
+        await self._create()
+
+    async def _create(self) -> None:
         wire = Wire(self._nc)
         subject = f"{self._api_prefix}.CONSUMER.CREATE.{self._stream}.{self._durable}"
         try:
@@ -208,6 +214,10 @@ class SharedFeed:
             raise
         finally:
             await wire.close()
+        old, self._sub = self._sub, None
+        if old is not None and not self._nc.is_closed:
+            with contextlib.suppress(NatsError, ValueError):
+                await old.unsubscribe()
         try:
             self._sub = await self._js.pull_subscribe_bind(
                 durable=self._durable, stream=self._stream
@@ -224,7 +234,8 @@ class SharedFeed:
         Raises:
             StopAsyncIteration: the feed was closed.
             StoreUnavailable: the connection closed.
-            JetStreamApiError: the consumer was deleted or refused the fetch.
+            JetStreamApiError: the consumer could not be re-created after a failed fetch,
+                and trying again would not help (its configuration is refused).
         """
         while not self._buffer:
             sub = self._sub
@@ -234,6 +245,7 @@ class SharedFeed:
                 raise NatsStoreError("the feed was not started: use `async with` or `start()`")
             try:
                 self._buffer = await sub.fetch(self._batch, timeout=self._poll_s)
+                self._failures = 0
             except (NatsTimeoutError, TimeoutError):
                 # A fetch that found nothing. nats-py 2.16 raises its own TimeoutError from
                 # some paths and the builtin one from others (nats/js/client.py, fetch). But
@@ -245,24 +257,22 @@ class SharedFeed:
                     raise asyncio.CancelledError from None
                 if self._closed:
                     raise StopAsyncIteration from None
+                self._failures = 0
                 continue
             except ConnectionClosedError as err:
                 if self._closed:
                     raise StopAsyncIteration from None
                 raise StoreUnavailable(f"consumer {self._durable!r}", "connection closed") from err
-            except APIError as err:
-                raise api_error(
-                    f"fetch from consumer {self._durable!r}",
-                    int(err.code or 0),
-                    int(err.err_code or 0),
-                    str(err.description or ""),
-                ) from err
             except NatsError as err:
+                # A consumer or stream with no leader (503, no responders), a leader change,
+                # a reconnect, or the consumer gone: none of these is the end of the work.
+                # Fetch again after a pause, re-creating the consumer first (it is the same
+                # durable with the same config, so its position is kept if it still exists).
                 if self._nc.is_closed:
                     raise StoreUnavailable(
                         f"consumer {self._durable!r}", "connection closed"
                     ) from err
-                await asyncio.sleep(_RETRY_S)  # a reconnect or a leader change: fetch again
+                await self._recover(err)
         msg = self._buffer.pop(0)
         try:
             job_id = self._job_of(msg.subject)
@@ -277,6 +287,42 @@ class SharedFeed:
                 await msg.term()
             return await self.__anext__()
         return Delivery(msg, job_id)
+
+    @property
+    def closed(self) -> bool:
+        """Whether `aclose` was called."""
+        return self._closed
+
+    async def _recover(self, err: Exception) -> None:
+        """After a failed fetch: pause, then re-create the consumer and bind to it again,
+        until that works or the feed is closed.
+
+        Raises:
+            NatsStoreError: re-creating the consumer failed for good (not retryable).
+        """
+        self._failures += 1
+        delays = _RECOVER_BACKOFF.delays(random.random)
+        delay = _RECOVER_BACKOFF.delay(self._failures, random.random())
+        log.warning(
+            "shared.fetch_failed",
+            extra={"durable": self._durable, "error": repr(err), "retry_in_s": round(delay, 3)},
+        )
+        while True:
+            await asyncio.sleep(delay)
+            if self.closed:
+                return
+            try:
+                await self._create()
+            except NatsStoreError as again:
+                if not again.retryable:
+                    raise
+                delay = next(delays)
+                log.warning(
+                    "shared.recreate_failed",
+                    extra={"durable": self._durable, "error": str(again), "retry_in_s": delay},
+                )
+                continue
+            return
 
     async def aclose(self) -> None:
         """Stop fetching (the durable consumer stays for the other replicas). Idempotent.

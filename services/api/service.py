@@ -11,7 +11,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry
 
 from dispatch_core import WriterKind
-from dispatch_nats import LatestStore, Layout, RecordStore, ensure_streams
+from dispatch_nats import LatestStore, Layout, RecordStore
 from services.api.app import make_app
 from services.api.auth import Authenticator
 from services.api.clusters import ApiClusters, load_clusters_file
@@ -20,7 +20,7 @@ from services.api.metrics import ApiMetrics
 from services.api.operations import Operations
 from services.common.config import ConfigError
 from services.common.http import start_http
-from services.common.lifecycle import connect_nats, drain
+from services.common.lifecycle import connect_nats, drain, ensure_streams_until
 
 __all__ = ["run"]
 
@@ -75,7 +75,8 @@ async def run(
         if nc is None:
             return
         stack.push_async_callback(drain, nc, cfg.shutdown_grace_s)
-        await ensure_streams(nc, cfg.stream_replicas, layout=layout)
+        if not await ensure_streams_until(nc, stop, cfg.stream_replicas, layout=layout):
+            return
         records = RecordStore(nc, writer=WriterKind.API, layout=layout)
         stack.push_async_callback(records.aclose)
         statuses = LatestStore.status(nc, layout=layout)

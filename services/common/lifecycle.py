@@ -7,31 +7,79 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import nats
 from nats.aio.client import Client as NATS
 
+from dispatch_core.backoff import Backoff
+from dispatch_nats import Layout, NatsStoreError, ensure_streams
 from services.common.config import ConfigError
 from services.common.logs import setup_logging
 from services.common.nats_settings import NatsSettings, nats_options, redact_urls
 
-__all__ = ["connect_nats", "drain", "run_until_stopped", "service_main"]
+__all__ = [
+    "START_BACKOFF",
+    "connect_nats",
+    "drain",
+    "ensure_streams_until",
+    "retry_until_stopped",
+    "run_until_stopped",
+    "server_list",
+    "service_main",
+    "wait_or_stop",
+]
 
 log = logging.getLogger("dispatch.service")
 
+T = TypeVar("T")
+
+
+_CONNECT_OPTIONS: Final[dict[str, Any]] = {
+    "connect_timeout": 2,
+    "max_reconnect_attempts": -1,  # reconnect for ever, across every known server
+    "reconnect_time_wait": 0.5,  # nats-py types it int, but waits any number of seconds
+    "pending_size": 64 * 1024 * 1024,
+}
+
+START_BACKOFF: Final = Backoff(base_s=0.1, max_s=2.0, jitter=0.2)
+"""Pauses between start-up tries (connecting, creating the streams, binding consumers)."""
+
+
+async def wait_or_stop(stop: asyncio.Event, seconds: float) -> bool:
+    """Sleep ``seconds``, or less if ``stop`` is set meanwhile; return whether it is set."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), max(seconds, 0.0))
+    return stop.is_set()
+
+
+def server_list(servers: str | tuple[str, ...] | list[str]) -> list[str]:
+    """Return the server URLs of ``servers``: one URL, a comma list, or a sequence of either.
+
+    nats-py takes a list; a comma list handed to it as one URL never connects.
+    """
+    items = [servers] if isinstance(servers, str) else list(servers)
+    return [url.strip() for item in items for url in item.split(",") if url.strip()]
+
 
 async def connect_nats(settings: NatsSettings, stop: asyncio.Event, *, name: str) -> NATS | None:
-    """Connect to NATS, retrying until it answers or ``stop`` is set (then return None).
+    """Connect to NATS, retrying until one of the settings' servers answers or ``stop`` is
+    set (then return None, promptly: the attempt in progress is cancelled).
 
-    The connection then reconnects by itself for ever (every 0.5 s), so a restarted server
-    is found again without restarting the service.
+    nats-py's ``connect`` with unlimited reconnects retries the first connection too and
+    never returns while no server answers, so each attempt is raced against ``stop``, and an
+    attempt that failed (refused, bad handshake) is tried again after ``START_BACKOFF``.
+    Once connected, the client reconnects by itself for ever across every server it knows
+    (the list and what the cluster announces), so a restarted or failed-over server is found
+    again without restarting the service.
 
     Args:
-        settings: the servers, the identity, TLS and inbox prefix (``<SVC>_NATS_*``).
+        settings: the servers (a comma list is split), the identity, TLS and inbox prefix
+            (``<SVC>_NATS_*``).
         stop: give up once set.
         name: the connection's name (shown by the server's monitoring).
 
@@ -39,38 +87,133 @@ async def connect_nats(settings: NatsSettings, stop: asyncio.Event, *, name: str
         ConfigError: a credentials or TLS file can't be read any more.
     """
     options = nats_options(settings)
-    servers = redact_urls(settings.nats_url)
-    delay = 0.1
+    urls = server_list(options.pop("servers"))
+    shown = redact_urls(urls)
+    delays = START_BACKOFF.delays(random.random)
+    connected = False
+
+    async def on_error(err: Exception) -> None:
+        # nats-py retries the first connection itself and reports each failure here.
+        event = "nats.error" if connected else "nats.connect_failed"
+        log.warning(event, extra={"error": repr(err)})
+
     while not stop.is_set():
-        try:
-            return await nats.connect(
+        nc = NATS()
+        connecting = asyncio.ensure_future(
+            nc.connect(
+                servers=urls,
                 **options,
                 name=name,
-                connect_timeout=2,
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5,
-                error_cb=_error,
-                pending_size=64 * 1024 * 1024,
+                error_cb=on_error,
+                disconnected_cb=_disconnected,
+                reconnected_cb=_reconnected,
+                **_CONNECT_OPTIONS,
             )
-        except (OSError, TimeoutError, nats.errors.Error) as err:
-            log.warning("nats.connect_failed", extra={"servers": servers, "error": repr(err)})
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), delay)
-        delay = min(delay * 2, 2.0)
+        )
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if not connecting.done():
+            connecting.cancel()
+            with contextlib.suppress(BaseException):
+                await connecting
+            await _close_quietly(nc)
+            return None
+        err = connecting.exception()
+        if err is None:
+            connected = True
+            log.info("nats.connected", extra={"connection": name, "servers": shown})
+            return nc
+        await _close_quietly(nc)
+        log.warning("nats.connect_failed", extra={"servers": shown, "error": repr(err)})
+        await wait_or_stop(stop, next(delays))
     return None
 
 
-async def _error(err: Exception) -> None:
-    log.warning("nats.error", extra={"error": repr(err)})
+async def _close_quietly(nc: NATS) -> None:
+    if not nc.is_closed:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(nc.close(), 2.0)
+
+
+async def retry_until_stopped(
+    stop: asyncio.Event, what: str, attempt: Callable[[], Awaitable[T]]
+) -> T | None:
+    """Run ``attempt`` until it succeeds or ``stop`` is set (then return None, at once).
+
+    A store error that says trying again may succeed (``retryable``: a stream or consumer
+    whose leader is being elected, no responders, a reply that did not come) is logged and
+    tried again after ``START_BACKOFF``; any other error is raised. Each attempt is raced
+    against ``stop``, so a SIGTERM is honoured while NATS is unreachable.
+
+    Raises:
+        NatsStoreError: a non-retryable store error (a stream that contradicts the contract).
+    """
+    delays = START_BACKOFF.delays(random.random)
+    while not stop.is_set():
+        task = asyncio.ensure_future(attempt())
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            return None
+        err = task.exception()
+        if err is None:
+            return task.result()
+        if not (isinstance(err, NatsStoreError) and err.retryable):
+            raise err
+        delay = next(delays)
+        log.warning(
+            "startup.retry", extra={"what": what, "error": str(err), "retry_in_s": round(delay, 3)}
+        )
+        await wait_or_stop(stop, delay)
+    return None
+
+
+async def ensure_streams_until(
+    nc: NATS, stop: asyncio.Event, replicas: int, *, layout: Layout
+) -> bool:
+    """``ensure_streams``, retried while the cluster can't answer (electing a meta or stream
+    leader, a server down, no responders, a timeout) until it succeeds or ``stop`` is set.
+
+    Returns:
+        True once the streams are there; False if ``stop`` was set first.
+
+    Raises:
+        StreamConfigConflict: a stream contradicts the contract (a deployment error).
+        JetStreamApiError: JetStream refused a request for good.
+    """
+
+    async def attempt() -> bool:
+        await ensure_streams(nc, replicas, layout=layout)
+        return True
+
+    return bool(await retry_until_stopped(stop, "streams.ensure", attempt))
+
+
+async def _disconnected() -> None:
+    log.warning("nats.disconnected")
+
+
+async def _reconnected() -> None:
+    log.info("nats.reconnected")
 
 
 async def drain(nc: NATS, timeout_s: float = 5.0) -> None:
     """Drain ``nc`` (flush what is buffered, end subscriptions), then close it; at most
-    ``timeout_s`` seconds."""
-    with contextlib.suppress(nats.errors.Error, TimeoutError):
-        await asyncio.wait_for(nc.drain(), timeout_s)
-    if not nc.is_closed:
-        await nc.close()
+    ``timeout_s`` seconds. A connection that is not up (NATS unreachable) is closed at once:
+    there is nothing to flush to, and a drain would only wait out its timeout."""
+    if nc.is_connected:
+        with contextlib.suppress(nats.errors.Error, TimeoutError):
+            await asyncio.wait_for(nc.drain(), timeout_s)
+    await _close_quietly(nc)
 
 
 async def run_until_stopped(

@@ -53,7 +53,6 @@ from pathlib import Path
 from typing import Final
 
 import aiohttp
-import nats.errors
 from nats.aio.client import Client as NATS
 from prometheus_client import CollectorRegistry
 
@@ -73,6 +72,7 @@ from dispatch_core import (
     encode,
     fold,
 )
+from dispatch_core.backoff import Backoff
 from dispatch_nats import (
     AppendOutcomeUnknown,
     ConcurrencyConflict,
@@ -81,14 +81,11 @@ from dispatch_nats import (
     NatsStoreError,
     RecordStore,
     SharedFeed,
-    ensure_streams,
 )
 from services.common.http import health_app, start_http
-from services.common.lifecycle import drain
+from services.common.lifecycle import connect_nats, drain, ensure_streams_until, wait_or_stop
 from services.common.logs import JobLogger
-from services.common.nats_settings import nats_options
 from services.common.records import record_items
-from services.notifier.backoff import Backoff
 from services.notifier.channels import Channel, Notice, build_channel
 from services.notifier.config import NotifierConfig, Setup, build_setup, load_routes_file
 from services.notifier.errors import ChannelError, RecordingFailed
@@ -114,12 +111,6 @@ def _utcnow() -> datetime:
 def delivered_msg_id(job_id: str, esc_id: str) -> str:
     """The ``Nats-Msg-Id`` of the fact that the escalation was delivered."""
     return f"delivered:{job_id}:{esc_id}"
-
-
-async def _wait(stop: asyncio.Event, seconds: float) -> None:
-    """Sleep ``seconds`` or until ``stop`` is set."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
 
 
 class Undelivered:
@@ -260,7 +251,7 @@ class Notifier:
                 except NatsStoreError as err:
                     self._metrics.errors.labels("store").inc()
                     log.warning("consumer.start_failed", extra={"error": str(err)})
-                    await _wait(stop, _RECONNECT_S)
+                    await wait_or_stop(stop, _RECONNECT_S)
                     continue
                 ready.set()
                 log.info(
@@ -275,7 +266,7 @@ class Notifier:
                 except NatsStoreError as err:
                     self._metrics.errors.labels("store").inc()
                     log.exception("consumer.failed", extra={"error": str(err)})
-                    await _wait(stop, _RECONNECT_S)
+                    await wait_or_stop(stop, _RECONNECT_S)
                 finally:
                     await feed.aclose()
             graceful = True
@@ -306,7 +297,7 @@ class Notifier:
                             "oldest_age_s": round(self._undelivered.oldest_age_s(), 3),
                         },
                     )
-            await _wait(stop, self._cfg.audit_interval_s)
+            await wait_or_stop(stop, self._cfg.audit_interval_s)
 
     def _store_feed(self) -> SharedFeed:
         layout = self._store.layout
@@ -706,76 +697,6 @@ def _find(job: Job, esc_id: str) -> Escalation | None:
     return None
 
 
-async def _connect(cfg: NotifierConfig, stop: asyncio.Event) -> NATS | None:
-    """Connect to NATS, trying until it answers or ``stop`` is set (then return None).
-
-    nats-py's ``connect`` with unlimited reconnects never returns while no server answers
-    (it retries the first connection too), so it is raced against ``stop``.
-    """
-
-    async def error_cb(err: Exception) -> None:
-        log.warning("nats.error", extra={"error": repr(err)})
-
-    async def disconnected_cb() -> None:
-        log.warning("nats.disconnected")
-
-    async def reconnected_cb() -> None:
-        log.info("nats.reconnected")
-
-    nc = NATS()
-    connecting = asyncio.create_task(
-        nc.connect(
-            **nats_options(cfg),
-            name="dispatch-notifier",
-            max_reconnect_attempts=-1,  # initial connect included: keeps trying
-            reconnect_time_wait=1,
-            connect_timeout=2,
-            error_cb=error_cb,
-            disconnected_cb=disconnected_cb,
-            reconnected_cb=reconnected_cb,
-        )
-    )
-    stopping = asyncio.create_task(stop.wait())
-    try:
-        await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopping.cancel()
-    if not connecting.done():
-        connecting.cancel()
-        with contextlib.suppress(asyncio.CancelledError, nats.errors.Error, OSError):
-            await connecting
-        with contextlib.suppress(nats.errors.Error, OSError):
-            await nc.close()
-        return None
-    connecting.result()
-    return nc
-
-
-async def _ensure_streams(
-    nc: NATS, cfg: NotifierConfig, layout: Layout, stop: asyncio.Event
-) -> bool:
-    """Create or check the contract's streams, retrying while JetStream doesn't answer.
-
-    Returns:
-        False if ``stop`` was set first.
-
-    Raises:
-        StreamConfigConflict: the streams contradict the contract (a deployment error).
-    """
-    delay = 0.2
-    while not stop.is_set():
-        try:
-            await ensure_streams(nc, cfg.stream_replicas, layout=layout)
-            return True
-        except NatsStoreError as err:
-            if not err.retryable:
-                raise
-            log.warning("streams.unavailable", extra={"error": str(err), "retry_in_s": delay})
-            await _wait(stop, delay)
-            delay = min(delay * 2, 5.0)
-    return False
-
-
 async def run(
     cfg: NotifierConfig,
     stop: asyncio.Event,
@@ -817,11 +738,11 @@ async def run(
         )
         stack.push_async_callback(runner.cleanup)
         log.info("http.listening", extra={"host": cfg.http_host, "port": port})
-        nc = await _connect(cfg, stop)
+        nc = await connect_nats(cfg, stop, name="dispatch-notifier")
         if nc is None:
             return
         stack.push_async_callback(drain, nc)
-        if not await _ensure_streams(nc, cfg, layout, stop):
+        if not await ensure_streams_until(nc, stop, cfg.stream_replicas, layout=layout):
             return
         store = RecordStore(nc, writer=WriterKind.NOTIFIER, layout=layout)
         stack.push_async_callback(store.aclose)

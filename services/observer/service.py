@@ -41,9 +41,15 @@ from prometheus_client import CollectorRegistry
 from dispatch_backends import Backend, BackendError, Unreachable, close_backend
 from dispatch_backends.config import load_clusters, make_backend, poll_interval_s
 from dispatch_core import Discovery, ObjectRef, ObservedObject, decode, encode, is_job_id
-from dispatch_nats import LatestStore, Layout, NatsStoreError, StreamKind, ensure_streams
+from dispatch_nats import LatestStore, Layout, NatsStoreError, StreamKind
 from services.common.http import health_app, start_http
-from services.common.lifecycle import connect_nats, drain, run_until_stopped
+from services.common.lifecycle import (
+    connect_nats,
+    drain,
+    ensure_streams_until,
+    retry_until_stopped,
+    run_until_stopped,
+)
 from services.observer.config import ObserverConfig
 from services.observer.heartbeat import Heartbeat, encode_heartbeat
 from services.observer.metrics import ObserverMetrics
@@ -321,6 +327,14 @@ def _canonical(
     return sorted(objects, key=lambda o: (o.ref.cluster, o.ref.id)), set(vanished)
 
 
+def _loaded(observer: Observer) -> Callable[[], Awaitable[bool]]:
+    async def load() -> bool:
+        await observer.load()
+        return True
+
+    return load
+
+
 async def run(
     cfg: ObserverConfig,
     stop: asyncio.Event,
@@ -371,7 +385,8 @@ async def run(
         if nc is None:
             return
         stack.push_async_callback(drain, nc)
-        await ensure_streams(nc, cfg.stream_replicas, layout=layout)
+        if not await ensure_streams_until(nc, stop, cfg.stream_replicas, layout=layout):
+            return
         discoveries = LatestStore(
             nc,
             StreamKind.DISCOVERY,
@@ -388,7 +403,8 @@ async def run(
             metrics=metrics,
             poll_interval_s=interval,
         )
-        await observer.load()
+        if await retry_until_stopped(stop, "observer.load", _loaded(observer)) is None:
+            return
         ready.set()
         log.info(
             "observer.started",

@@ -91,7 +91,15 @@ from dispatch_core import (
     project,
     settled,
 )
-from dispatch_nats import AppendOutcomeUnknown, ConcurrencyConflict, LatestEntry, StoreUnavailable
+from dispatch_core.backoff import Backoff
+from dispatch_nats import (
+    AppendOutcomeUnknown,
+    ConcurrencyConflict,
+    JetStreamTemporaryError,
+    LatestEntry,
+    StoreUnavailable,
+    StreamNotFound,
+)
 from dispatch_nats.contract import WAKE_AT_HEADER
 from services.common.records import record_items
 from services.supervisor.metrics import SupervisorMetrics
@@ -116,6 +124,8 @@ _MAX_FACT_TRIES: Final = 20
 _MAX_STATUS_TRIES: Final = 5
 _WRITER: Final = WriterKind.SUPERVISOR
 """The writer kind of everything a pass appends (its record store's)."""
+_STORE_BACKOFF: Final = Backoff(base_s=0.2, max_s=5.0, jitter=0.0)
+"""Pauses between tries of an append whose outcome is unknown or whose stream has no leader."""
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 """Stands in for ``Status.at`` when statuses are compared: a Status that differs only in
 when it was projected is not a change."""
@@ -554,15 +564,24 @@ class PassExecutor:
         carried out.
 
         Raises:
-            AppendOutcomeUnknown, StoreUnavailable: still unknown after ``store_retry_s``.
+            AppendOutcomeUnknown, StoreUnavailable, StreamNotFound, JetStreamTemporaryError:
+                still failing after ``store_retry_s``.
             ConcurrencyConflict: another writer extended the record first.
         """
         deadline = time.monotonic() + self._store_retry_s
-        delay = 0.2
+        delays = _STORE_BACKOFF.delays()
         while True:
             try:
                 return await append()
-            except (AppendOutcomeUnknown, StoreUnavailable) as err:
+            except (
+                AppendOutcomeUnknown,
+                StoreUnavailable,
+                StreamNotFound,
+                JetStreamTemporaryError,
+            ) as err:
+                # No answer, no stream leader (an election lasts seconds), or JetStream
+                # "temporarily unavailable": the same append, sent again, is stored once.
+                delay = next(delays)
                 if time.monotonic() + delay > deadline:
                     raise
                 log.warning(
@@ -570,7 +589,6 @@ class PassExecutor:
                     extra={"job_id": job_id, "error": str(err), "retry_in_s": delay},
                 )
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
 
     # -- actions ----------------------------------------------------------------------------
 

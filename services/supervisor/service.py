@@ -29,6 +29,7 @@ import contextlib
 import heapq
 import importlib
 import logging
+import random
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
@@ -52,18 +53,27 @@ from dispatch_core import (
 from dispatch_nats import (
     DEFAULT_LAYOUT,
     Delivery,
+    JetStreamApiError,
     LatestEntry,
     LatestStore,
     Layout,
     NatsStoreError,
     RecordStore,
     SharedFeed,
+    StoreUnavailable,
     StreamKind,
-    ensure_streams,
 )
 from dispatch_nats.contract import MSG_ID_HEADER, WAKE_AT_HEADER
 from services.common.http import health_app, start_http
-from services.common.lifecycle import connect_nats, drain, run_until_stopped
+from services.common.lifecycle import (
+    START_BACKOFF,
+    connect_nats,
+    drain,
+    ensure_streams_until,
+    retry_until_stopped,
+    run_until_stopped,
+    wait_or_stop,
+)
 from services.supervisor.config import NOTIFIER, SupervisorConfig
 from services.supervisor.metrics import SupervisorMetrics
 from services.supervisor.passes import PassError, PassExecutor, PassOutcome, PoisonRecord
@@ -120,6 +130,9 @@ def _stores(
     nc: NATS, layout: Layout, timeout_s: float
 ) -> tuple[RecordStore, LatestStore, LatestStore]:
     """The record, discovery and status stores, waiting ``timeout_s`` for each reply."""
+    # A pass acts on what it reads, and its wake is acknowledged once it ran: the record is
+    # checked against the stream leader's last seq and the Discovery read from the leader,
+    # so a replica still catching up never makes a pass see less than what woke it.
     return (
         RecordStore(
             nc,
@@ -127,6 +140,7 @@ def _stores(
             layout=layout,
             ack_timeout_s=timeout_s,
             read_timeout_s=timeout_s,
+            check_reads=True,
         ),
         LatestStore(
             nc,
@@ -134,6 +148,7 @@ def _stores(
             layout=layout,
             ack_timeout_s=timeout_s,
             read_timeout_s=timeout_s,
+            read_from_leader=True,
         ),
         LatestStore(
             nc, StreamKind.STATUS, layout=layout, ack_timeout_s=timeout_s, read_timeout_s=timeout_s
@@ -522,7 +537,11 @@ class Replica:
         ]
 
     async def consume(self, source: Source, feed: SharedFeed, stop: asyncio.Event) -> None:
-        """Hand every message of ``feed`` to the scheduler until ``stop``."""
+        """Hand every message of ``feed`` to the scheduler until ``stop``.
+
+        A store error (the connection lost for a while, a consumer that could not be
+        re-created yet) never ends the replica: the feed is started again after a pause.
+        """
 
         async def close_on_stop() -> None:
             await stop.wait()
@@ -531,21 +550,51 @@ class Replica:
         async with asyncio.TaskGroup() as tg:
             closer = tg.create_task(close_on_stop())
             try:
-                while True:
+                delays = START_BACKOFF.delays(random.random)
+                while not stop.is_set():
                     try:
                         delivery = await anext(feed)
                     except StopAsyncIteration:
                         break
+                    except NatsStoreError as err:
+                        if stop.is_set():
+                            break
+                        if not err.retryable and not isinstance(err, JetStreamApiError):
+                            raise
+                        delay = next(delays)
+                        log.warning(
+                            "supervisor.feed_failed",
+                            extra={"source": source, "error": str(err), "retry_in_s": delay},
+                        )
+                        if await wait_or_stop(stop, delay):
+                            break
+                        await retry_until_stopped(stop, f"supervisor.{source}_feed", feed.start)
+                        continue
+                    delays = START_BACKOFF.delays(random.random)
                     self._metrics.deliveries.labels(source).inc()
                     await self.scheduler.wake(delivery.job_id, delivery, source)
-            except NatsStoreError:
-                if not stop.is_set():
-                    raise
             finally:
                 closer.cancel()
 
     async def follow_statuses(self, stop: asyncio.Event) -> None:
-        """Follow every job's Status: deadlines, the status cache, jobs by state."""
+        """Follow every job's Status: deadlines, the status cache, jobs by state.
+
+        The feed is started again (after a pause) whenever it fails: a lost status only
+        delays a deadline until the next Status of the job, but the replica must not end.
+        """
+        delays = START_BACKOFF.delays(random.random)
+        while not stop.is_set():
+            try:
+                await self._follow_statuses(stop)
+            except* NatsStoreError as group:
+                delay = next(delays)
+                log.warning(
+                    "supervisor.status_feed_failed",
+                    extra={"error": str(group.exceptions[0]), "retry_in_s": delay},
+                )
+                await wait_or_stop(stop, delay)
+
+    async def _follow_statuses(self, stop: asyncio.Event) -> None:
         async with self.statuses.watch(()) as feed:
 
             async def close_on_stop() -> None:
@@ -617,24 +666,37 @@ class Replica:
         jobs = await self.records.list_jobs()
         slots = asyncio.Semaphore(_PUBLISH_CONCURRENCY)
 
-        async def check(job_id: str) -> bool:
+        async def check(job_id: str) -> bool | None:
+            """None: no pass needed; else whether the pass request was published."""
             async with slots:
-                seq = await self.records.last_seq(job_id)
+                # From the leader: a replica behind it could hide the events that make a
+                # settled-looking job need a pass.
+                seq = await self.records.leader_last_seq(job_id)
                 status = statuses.get(job_id)
                 if status is not None and status.settled and status.seq >= seq:
-                    return False
+                    return None
                 return await self._publish_wake(job_id, f"catch-up:{job_id}:{seq}")
 
-        woken = sum(await asyncio.gather(*(check(j) for j in jobs)))
+        published = await asyncio.gather(*(check(j) for j in jobs))
+        if False in published:
+            # A wake not published is a job no replica may ever pass: try the catch-up
+            # again (the wakes already stored are deduplicated by their msg ids).
+            raise StoreUnavailable(
+                "supervisor catch-up", f"{published.count(False)} pass requests not published"
+            )
+        woken = published.count(True)
         log.info("supervisor.caught_up", extra={"jobs": len(jobs), "woken": woken})
         return woken
 
     async def run(self, stop: asyncio.Event, ready: asyncio.Event) -> None:
         """Run every loop of the replica until ``stop``."""
         feeds = self._feeds()
-        for _, feed in feeds:
-            await feed.start()  # consumers first, so nothing appended after the scan is lost
-        await self.catch_up()
+        for source, feed in feeds:
+            # Consumers first, so nothing appended after the scan is lost.
+            if not await retry_until_stopped(stop, f"supervisor.{source}_feed", _started(feed)):
+                return
+        if await retry_until_stopped(stop, "supervisor.catch_up", self.catch_up) is None:
+            return
         ready.set()
         log.info("supervisor.started", extra={"writer": self.executor.writer})
         loops = [
@@ -648,6 +710,14 @@ class Replica:
         finally:
             for _, feed in feeds:
                 await feed.aclose()
+
+
+def _started(feed: SharedFeed) -> Callable[[], Awaitable[bool]]:
+    async def start() -> bool:
+        await feed.start()
+        return True
+
+    return start
 
 
 async def run(
@@ -701,7 +771,8 @@ async def run(
         if nc is None:
             return
         stack.push_async_callback(drain, nc)
-        await ensure_streams(nc, cfg.stream_replicas, layout=layout)
+        if not await ensure_streams_until(nc, stop, cfg.stream_replicas, layout=layout):
+            return
         replica = Replica(
             nc, layout=layout, backends=backends, metrics=metrics, cfg=cfg, deliver=deliver
         )

@@ -7,6 +7,12 @@ the configuration rendered by `dispatch_nats.permissions.render_server_config`, 
     env = site.service_env("api")            # API_NATS_URL, API_NATS_NKEY_SEED_FILE, ...
     site.stop()
 
+With ``size=3`` it is a 3-server JetStream cluster (:class:`~tests.servers.nats.NatsCluster`,
+``site.cluster``) whose servers' configs are the same rendering with a cluster block; with
+``harness=True`` the config also admits the test's own connection (``site.connect("harness")``),
+a user with every permission that plays the person and checks the verdicts (the services
+still run as their own identities). It takes the place of the read-only ``reader``.
+
 Nothing is mocked: the server is the real nats-server, the identities real nkeys, the
 permissions those `dispatch up` and `dispatch nats init` write.
 """
@@ -27,15 +33,29 @@ from dispatch_nats import DEFAULT_LAYOUT, Layout
 from dispatch_nats.identities import make_identities, seed_path
 from dispatch_nats.permissions import (
     Identity,
+    Permissions,
+    Role,
     TlsBlock,
+    User,
     inbox_prefix,
     render_server_config,
     service_identities,
     users,
 )
-from tests.servers.nats import NatsServer
+from tests.servers.nats import NatsCluster, NatsServer
 
-__all__ = ["LockedNats", "connect_or_close"]
+__all__ = ["HARNESS", "LockedNats", "connect_or_close", "identity_of"]
+
+HARNESS = "harness"
+"""The name :meth:`LockedNats.connect` takes for the test's own all-permissions user."""
+_HARNESS_IDENTITY = Identity(Role.READER)
+"""The identity slot (and seed file) the harness user takes."""
+_ALL = Permissions(publish=(">",), subscribe=(">",))
+
+
+def identity_of(service: str, cluster: str = "local") -> str:
+    """The identity of ``python -m services.<service>`` (an observer's names its cluster)."""
+    return f"observer-{cluster}" if service == "observer" else service
 
 
 class LockedNats:
@@ -50,23 +70,39 @@ class LockedNats:
         tls: TlsBlock | None = None,
         supervisor_durable: str = "supervisor",
         notifier_durable: str = "notifier",
+        size: int = 1,
+        harness: bool = False,
     ) -> None:
-        """Make the identities under ``root/identities`` and write ``root/nats.conf``."""
+        """Make the identities under ``root/identities`` and write ``root/nats.conf`` (one
+        server; with ``size`` > 1, each server's config of the cluster under ``root/cluster``).
+        """
         self.root = root
         self.layout = layout
         self.identities_dir = root / "identities"
-        self.keys = make_identities(self.identities_dir, service_identities(clusters))
+        self.keys = make_identities(
+            self.identities_dir, service_identities(clusters, reader=not harness)
+        )
+        admitted = users(
+            layout,
+            self.keys,
+            supervisor_durable=supervisor_durable,
+            notifier_durable=notifier_durable,
+        )
+        if harness:
+            key = make_identities(self.identities_dir, [_HARNESS_IDENTITY])[_HARNESS_IDENTITY]
+            admitted.append(User(identity=_HARNESS_IDENTITY, nkey=key, permissions=_ALL))
+        self.harness = harness
         root.mkdir(parents=True, exist_ok=True)
         self.config_path = root / "nats.conf"
+        self.cluster: NatsCluster | None = None
+        if size > 1:
+            self.cluster = NatsCluster(root / "cluster", size=size, users=admitted)
+            self.server = self.cluster.servers[0]
+            return
         write_private_text(
             self.config_path,
             render_server_config(
-                users(
-                    layout,
-                    self.keys,
-                    supervisor_durable=supervisor_durable,
-                    notifier_durable=notifier_durable,
-                ),
+                admitted,
                 port=-1,
                 store_dir=str(root / "store"),
                 server_name="locked",
@@ -76,27 +112,53 @@ class LockedNats:
         self.server = NatsServer(root / "store", config_file=self.config_path)
 
     def start(self) -> None:
-        """Start the server (waits for "Server is ready")."""
-        self.server.start()
+        """Start the server, or every server of the cluster (waits until they are ready)."""
+        if self.cluster is not None:
+            self.cluster.start()
+        else:
+            self.server.start()
 
     def stop(self) -> None:
-        """Stop the server."""
-        self.server.stop()
+        """Stop the server(s)."""
+        if self.cluster is not None:
+            self.cluster.stop()
+        else:
+            self.server.stop()
+
+    @property
+    def urls(self) -> list[str]:
+        """Every server's client URL."""
+        return self.cluster.urls if self.cluster is not None else [self.server.url]
 
     @property
     def url(self) -> str:
-        """The client URL."""
-        return self.server.url
+        """The client URL(s), a comma list on a cluster."""
+        return ",".join(self.urls)
 
     def seed(self, identity: str) -> Path:
-        """The seed file of ``identity`` (e.g. ``"observer-local"``)."""
-        return seed_path(self.identities_dir, Identity.parse(identity))
+        """The seed file of ``identity`` (e.g. ``"observer-local"``, or ``"harness"``)."""
+        return seed_path(self.identities_dir, self._identity(identity))
+
+    def _identity(self, name: str) -> Identity:
+        if name == HARNESS:
+            if not self.harness:
+                raise ValueError("this site admits no harness user (harness=False)")
+            return _HARNESS_IDENTITY
+        return Identity.parse(name)
+
+    def client_options(self, identity: str = HARNESS) -> dict[str, Any]:
+        """nats-py ``connect`` options of ``identity``: its seed and inbox prefix."""
+        ident = self._identity(identity)
+        return {
+            "nkeys_seed": str(seed_path(self.identities_dir, ident)),
+            "inbox_prefix": inbox_prefix(ident, self.layout),
+        }
 
     def service_env(self, identity: str, *, tls_ca: str = "") -> dict[str, str]:
         """The ``<PREFIX>NATS_*`` variables of the service of ``identity``."""
         return service_env(
             Identity.parse(identity),
-            urls=(self.url,),
+            urls=tuple(self.urls),
             identities_dir=self.identities_dir,
             layout=self.layout,
             tls_ca=tls_ca,
@@ -122,7 +184,7 @@ class LockedNats:
             sink.append(err)
 
         kw: dict[str, Any] = {
-            "servers": [self.url],
+            "servers": self.urls,
             "error_cb": error_cb,
             "connect_timeout": 2,
             "allow_reconnect": False,
@@ -131,9 +193,7 @@ class LockedNats:
             **options,
         }
         if identity is not None:
-            ident = Identity.parse(identity)
-            kw["nkeys_seed"] = str(seed_path(self.identities_dir, ident))
-            kw["inbox_prefix"] = inbox_prefix(ident, self.layout)
+            kw.update(self.client_options(identity))
         if tls is not None:
             kw["tls"] = tls
         return await connect_or_close(**kw)

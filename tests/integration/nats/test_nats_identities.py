@@ -20,7 +20,14 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from dispatch_core import WriterKind
-from dispatch_nats import DEFAULT_LAYOUT, LatestStore, RecordStore, SharedFeed, ensure_streams
+from dispatch_nats import (
+    DEFAULT_LAYOUT,
+    LatestStore,
+    RecordStore,
+    SharedFeed,
+    StreamKind,
+    ensure_streams,
+)
 from dispatch_nats.permissions import Identity, Role, permissions, service_identities
 from tests.servers.locked_nats import LockedNats
 from tests.util import assert_eventually
@@ -217,6 +224,14 @@ async def test_supervisor_identity(site: LockedNats, streams: None) -> None:
         await statuses.put((job,), b"{}")
         assert await statuses.get((job,)) is not None
         assert await discoveries.get(("local", job)) is None
+        # as the service reads: checked against the stream leader (STREAM.MSG.GET)
+        checked = RecordStore(nc, writer=WriterKind.SUPERVISOR, layout=LAYOUT, check_reads=True)
+        assert [e.seq for e in await checked.read(job)] == [seq, seq + 1, seq + 2]
+        assert await checked.leader_last_seq(job) == seq + 2
+        await checked.aclose()
+        from_leader = LatestStore(nc, StreamKind.DISCOVERY, layout=LAYOUT, read_from_leader=True)
+        assert await from_leader.get(("local", job)) is None
+        await from_leader.aclose()
         js = nc.jetstream()
         await js.publish(LAYOUT.work_subject(job), b"", headers={"Nats-Msg-Id": f"w:{job}"})
         feeds = [

@@ -9,8 +9,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from dispatch_core.backoff import Backoff
 from services.common.config import ConfigError
-from services.notifier.backoff import Backoff
 from services.notifier.channels import EmailChannel, Notice
 from services.notifier.config import (
     EmailSpec,

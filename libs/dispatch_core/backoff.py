@@ -1,7 +1,14 @@
-"""Exponential backoff with jitter, capped; the randomness comes from the caller."""
+"""Exponential backoff with jitter, capped; the randomness comes from the caller.
+
+The one backoff of the project: the notifier's delivery retries, every service's start-up
+(connecting to NATS, creating the streams while a cluster elects its leaders), the shared
+consumers re-created after a leader change, and the stores' retries of a stream that has no
+leader. Pure (no clock, no randomness of its own), so it lives beside the core.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Final
 
 import msgspec
@@ -38,3 +45,14 @@ class Backoff(msgspec.Struct, frozen=True, kw_only=True):
         exponent = min(max(attempt, 1) - 1, _MAX_EXPONENT)
         capped = min(self.max_s, self.base_s * 2.0**exponent)
         return capped * (1.0 - self.jitter * min(max(u, 0.0), 1.0))
+
+    def delays(self, u: Callable[[], float] | None = None) -> Iterator[float]:
+        """Yield the delays after attempt 1, 2, 3, ... for ever.
+
+        Args:
+            u: the jitter source, numbers in ``[0, 1)``; None takes no jitter off.
+        """
+        attempt = 0
+        while True:
+            attempt += 1
+            yield self.delay(attempt, 0.0 if u is None else u())
