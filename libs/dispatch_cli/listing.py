@@ -23,6 +23,7 @@ from datetime import datetime
 import msgspec
 
 from dispatch_cli.client import ApiClient, JobSummary
+from dispatch_cli.errors import ApiError
 from dispatch_cli.render import cause_text, hold_brief, table
 from dispatch_core import JobCreated, State
 
@@ -82,7 +83,16 @@ def latest_checkpoint(root: str | None) -> str | None:
 
 
 def _row(client: ApiClient, job: JobSummary, *, checkpoints: bool) -> JobRow:
-    record = client.record(job.job_id)
+    try:
+        record = client.record(job.job_id)
+    except ApiError as err:
+        # Gone since the listing (404), or a record the API can't read (422
+        # record-unreadable, issue 10 item 4): that job's row shows its Status head alone,
+        # and the listing of every other job still answers; `dispatch status JOB` names the
+        # job and the event the API could not read.
+        if err.status in (404, 422):
+            return JobRow(job=job)
+        raise
     created = next((e.event for e in record.events if isinstance(e.event, JobCreated)), None)
     if created is None:
         return JobRow(job=job)

@@ -6,11 +6,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from dispatch_ckpt import Checkpoints
-from dispatch_cli.client import JobSummary
-from dispatch_cli.listing import JobRow, age_text, latest_checkpoint, rows_table
+from dispatch_cli.client import ApiClient, JobList, JobSummary, RecordResponse
+from dispatch_cli.errors import ApiError
+from dispatch_cli.listing import JobRow, age_text, jobs_page, latest_checkpoint, rows_table
 from dispatch_core import Cause, CauseKind, Provenance, State
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -67,3 +69,44 @@ def test_the_table_keeps_job_state_cause_first_and_adds_cluster_age_checkpoint()
         "digits-k3x9ab2c", "running", "preempted", "slurm", "1h", "step", "500", "2", "-", "no",
     ]  # fmt: skip
     assert lines[2].split() == ["new-1", "pending", "none", "-", "-", "-", "-", "-", "no"]
+
+
+class _OneUnreadable(ApiClient):
+    """An API whose listing holds two jobs and one of whose records can't be read (422
+    record-unreadable, issue 10 item 4); no HTTP is made."""
+
+    def __init__(self, jobs: tuple[JobSummary, ...], unreadable: str) -> None:
+        self._jobs, self._unreadable = jobs, unreadable
+
+    def jobs(self, states: list[str] | None = None) -> JobList:
+        return JobList(jobs=self._jobs)
+
+    def record(self, job_id: str, after: int = 0) -> RecordResponse:
+        if job_id == self._unreadable:
+            raise ApiError(422, "record-unreadable", f"record of job {job_id!r}, event seq 4")
+        return msgspec.convert({"job_id": job_id, "events": []}, RecordResponse)
+
+
+def test_one_unreadable_record_leaves_the_listing_of_the_others_whole() -> None:
+    """A job whose record the API can't read is listed with its Status head alone; the
+    listing never fails for the other jobs (issue 10: that job's problem, never another's)."""
+    none = Cause(kind=CauseKind.NONE, provenance=Provenance.SCHEDULER)
+    heads = tuple(
+        JobSummary(job_id=j, state=State.RUNNING, cause=none, at=T0, seq=4, settled=False)
+        for j in ("bad-1", "good-1")
+    )
+    page = jobs_page(_OneUnreadable(heads, "bad-1"), checkpoints=False)
+    assert [row.job.job_id for row in page.jobs] == ["bad-1", "good-1"]
+    assert page.jobs[0] == JobRow(job=heads[0])
+
+
+def test_an_api_failure_other_than_an_unreadable_record_still_fails_the_listing() -> None:
+    none = Cause(kind=CauseKind.NONE, provenance=Provenance.SCHEDULER)
+    head = JobSummary(job_id="x-1", state=State.RUNNING, cause=none, at=T0, seq=1, settled=False)
+
+    class _Failing(_OneUnreadable):
+        def record(self, job_id: str, after: int = 0) -> RecordResponse:
+            raise ApiError(500, "internal", "boom")
+
+    with pytest.raises(ApiError, match="boom"):
+        jobs_page(_Failing((head,), ""), checkpoints=False)
