@@ -187,19 +187,20 @@ async def test_a_fence_whose_old_object_never_ends_escalates_stop_overdue_once(
     receiver = Receiver()
     await receiver.start()
     stop = asyncio.Event()
-    cfg = msgspec.convert(
-        {
-            "nats_url": [rt.nats_url],
-            "namespace": rt.layout.namespace,
-            "http_port": 0,
-            "webhook_url": receiver.url("/hook"),
-            "retry_base_s": 0.2,
-            "retry_max_s": 1.0,
-        },
-        NotifierConfig,
-    )
-    notifier = asyncio.create_task(notifier_run(cfg, stop, registry=CollectorRegistry()))
-    try:
+    notifier: asyncio.Task[None] | None = None
+    try:  # the receiver is stopped whatever fails, or its listening socket leaks
+        cfg = msgspec.convert(
+            {
+                "nats_url": [rt.nats_url],
+                "namespace": rt.layout.namespace,
+                "http_port": 0,
+                "webhook_url": receiver.url("/hook"),
+                "retry_base_s": 0.2,
+                "retry_max_s": 1.0,
+            },
+            NotifierConfig,
+        )
+        notifier = asyncio.create_task(notifier_run(cfg, stop, registry=CollectorRegistry()))
         await rt.observer()
         await rt.supervisor()
         policy = RecoveryPolicy(
@@ -237,7 +238,8 @@ async def test_a_fence_whose_old_object_never_ends_escalates_stop_overdue_once(
         assert not [e for e in events if isinstance(e, GateOpened) and e.ref != old]
     finally:
         stop.set()
-        await asyncio.wait_for(notifier, 30)
+        if notifier is not None:
+            await asyncio.wait_for(notifier, 30)
         await receiver.stop()
 
 
