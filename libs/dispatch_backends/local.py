@@ -37,7 +37,8 @@ directory, on an abstract Unix socket; it exits after ``zygote_idle_s`` idle sec
 is up, which makes a start cost about a millisecond of CPU instead of an interpreter start;
 when it is not, the runner is started directly and the zygote is started for the next ones.
 
-**Environment of an execution.** The backend process's environment (or ``base_env``), then
+**Environment of an execution.** The backend process's environment without the services'
+credentials (``environment.execution_base_env``; or ``base_env``), then
 ``spec.env``, then dispatch's variables, which win over ``spec.env``: ``DISPATCH_JOB``,
 ``DISPATCH_SUBMISSION`` (N), ``DISPATCH_ATTEMPT`` (``<object id>-r0-<8 hex>``: opaque, unique
 per execution even across data directories), ``DISPATCH_EPOCH`` (``epoch(G, N, 0)``: the local
@@ -161,6 +162,7 @@ from typing import Final, NoReturn, TypeVar
 import msgspec
 
 from dispatch_backends import local_runner as _r
+from dispatch_backends.environment import execution_base_env
 from dispatch_backends.options import InvalidOption
 from dispatch_backends.protocol import (
     BackendError,
@@ -1081,7 +1083,8 @@ class LocalBackend:
                 ``None`` keeps them all.
             workdir: the default working directory of commands (default: the current
                 directory at start).
-            base_env: the environment commands start from (default: this process's).
+            base_env: the environment commands start from (default: this process's, read at
+                each start, without the services' credentials: ``execution_base_env``).
             python: the interpreter that runs the runners.
             zygote_idle_s: seconds the data directory's zygote (which forks runners, much
                 cheaper than starting an interpreter per object) lives without a request;
@@ -1112,6 +1115,12 @@ class LocalBackend:
         self._workdir = None if workdir is None else str(workdir)
         self._base_env = None if base_env is None else dict(base_env)
         self._idempotent_start = idempotent_start
+
+    def _execution_env(self) -> dict[str, str]:
+        """The environment the next execution starts from (see the module docstring)."""
+        if self._base_env is not None:
+            return dict(self._base_env)
+        return execution_base_env(os.environ)
 
     @property
     def cluster(self) -> str:
@@ -1238,7 +1247,7 @@ class LocalBackend:
                 path,
                 meta,
                 gate_open=False,
-                env=self._base_env,
+                env=self._execution_env(),
                 timeout_s=self._start_timeout_s,
                 die=die,
             )
@@ -1269,7 +1278,7 @@ class LocalBackend:
         ref = ObjectRef(cluster=self._cluster, id=object_id)
         if path.parent == self._store.objects and not (path / _r.RUNNER_FILE).exists():
             try:
-                self._store.spawn(path, env=self._base_env, timeout_s=self._start_timeout_s)
+                self._store.spawn(path, env=self._execution_env(), timeout_s=self._start_timeout_s)
             except RuntimeError as err:
                 if not (path / _r.RUNNER_FILE).exists():
                     raise LaunchRefusedError(self._cluster, str(err)) from err

@@ -25,6 +25,7 @@ from typing import Final
 
 import msgspec
 
+from dispatch_backends.environment import execution_base_env
 from dispatch_backends.protocol import Unreachable
 
 __all__ = [
@@ -124,7 +125,9 @@ class Runner:
             max_concurrency: commands in flight at once.
             bin_dir: directory of the commands (empty: ``PATH``).
             slurm_conf: ``SLURM_CONF`` (empty: inherited).
-            base_env: the environment (default: this process's, read at each call).
+            base_env: the environment (default: this process's, read at each call); the
+                services' credentials are dropped from it either way (``sbatch --export=ALL``
+                would hand them to the job: ``dispatch_backends.environment``).
         """
         self.cluster = cluster
         self.timeout_s = timeout_s
@@ -140,7 +143,7 @@ class Runner:
 
     def env(self) -> dict[str, str]:
         """The environment of the next command."""
-        env = dict(os.environ if self.base_env is None else self.base_env)
+        env = execution_base_env(os.environ if self.base_env is None else self.base_env)
         for name in _DROPPED_ENV:
             env.pop(name, None)
         env["SLURM_TIME_FORMAT"] = "standard"

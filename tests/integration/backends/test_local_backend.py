@@ -668,3 +668,20 @@ async def test_a_backend_without_idempotent_starts_makes_a_second_object(
         assert first != second
     finally:
         await harness.cleanup()
+
+
+async def test_an_execution_does_not_inherit_the_services_credentials(
+    harness: LocalHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backend runs inside a service whose environment holds its NATS identity; a job
+    that inherited ``SUPERVISOR_NATS_PASSWORD`` could write the record as the supervisor."""
+    monkeypatch.setenv("SUPERVISOR_NATS_PASSWORD", "s3cret")
+    monkeypatch.setenv("NOTIFIER_WEBHOOK_SECRET", "hook")
+    monkeypatch.setenv("SITE_SCRATCH", "/scratch")
+    job = new_job_id()
+    script = (
+        'echo "${SUPERVISOR_NATS_PASSWORD:-none} ${NOTIFIER_WEBHOOK_SECRET:-none} $SITE_SCRATCH"'
+    )
+    ref = await run(harness, job, ("/bin/sh", "-c", script))
+    await harness.wait_phase(job, ref, ObjectPhase.ENDED)
+    assert (await harness.output(ref)).strip() == "none none /scratch"
