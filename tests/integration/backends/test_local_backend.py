@@ -277,6 +277,13 @@ async def test_a_command_that_cannot_run_is_launch_failed(harness: LocalHarness)
     assert observed.cause.kind is CauseKind.LAUNCH_FAILED
     assert observed.cause.detail.startswith("cannot execute '/nonexistent/train'")
 
+    elsewhere = new_job_id()  # the program exists; the working directory doesn't
+    ref = await run(harness, elsewhere, ("/bin/true",), chdir="/nonexistent/run")
+    observed = await harness.wait_phase(elsewhere, ref, ObjectPhase.ENDED)
+    assert observed.cause is not None
+    assert observed.cause.kind is CauseKind.LAUNCH_FAILED
+    assert observed.cause.detail.startswith("cannot enter the working directory '/nonexistent/run'")
+
 
 async def test_scripts_env_and_working_directory(harness: LocalHarness, tmp_path: Path) -> None:
     job = new_job_id()
