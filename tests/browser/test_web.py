@@ -278,7 +278,7 @@ def test_the_page_works_at_phone_width(
 def test_a_wrong_or_expired_token_is_told_so(up: WebUp, new_page: NewPage) -> None:
     """A wrong token is refused at sign-in; a token the API stops taking (expired, revoked)
     signs the page out with a message saying so. Runs last: it takes bob's token away."""
-    page = new_page(up.api, allowed=(401,))
+    page = new_page(up.api, allowed=(401,), reconnects=True)
     page.goto("/")
     page.fill("#token", "not-a-token")
     page.press("#token", "Enter")
