@@ -128,4 +128,3 @@ def new_page(browser: Browser) -> Iterator[NewPage]:
     finally:
         for context in contexts:
             context.close()
-

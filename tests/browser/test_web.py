@@ -18,9 +18,7 @@ from tests.browser.conftest import NewPage
 from tests.browser.support import BOB_TOKEN, SERVICE_TOKEN, WebUp, call, sign_in
 
 WAIT_FOR_FLAG = 'while [ ! -e "$FLAG" ]; do sleep 0.1; done'
-FAIL_ONCE = (
-    'if [ -e "$FLAG.ran" ]; then ' + WAIT_FOR_FLAG + '; else touch "$FLAG.ran"; exit 3; fi'
-)
+FAIL_ONCE = 'if [ -e "$FLAG.ran" ]; then ' + WAIT_FOR_FLAG + '; else touch "$FLAG.ran"; exit 3; fi'
 """Exits 3 the first time, then runs until ``$FLAG`` exists (a resubmission runs)."""
 
 
@@ -254,9 +252,7 @@ def test_jobs_list_filters_by_state_cluster_and_needs_a_person_and_shows_changes
     assert page.evaluate("window.__marker") == "no reload"
 
 
-def test_the_page_works_at_phone_width(
-    up: WebUp, new_page: NewPage, screenshots: Path
-) -> None:
+def test_the_page_works_at_phone_width(up: WebUp, new_page: NewPage, screenshots: Path) -> None:
     page = new_page(up.api, width=390, height=844)
     sign_in(page, up.token)
     page.wait_for_selector("#jobs tbody tr")

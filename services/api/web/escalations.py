@@ -95,8 +95,7 @@ _TABLE: Final[dict[str, tuple[Severity, str, tuple[str, ...]]]] = {
     ),
     "refused": (
         "critical",
-        "The scheduler refused every attempt to launch; the job failed. Supersede it to try "
-        "again.",
+        "The scheduler refused every attempt to launch; the job failed. Supersede it to try again.",
         ("supersede",),
     ),
     "cleanup-deadline": (

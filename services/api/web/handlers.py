@@ -266,7 +266,8 @@ async def _jobs(request: web.Request) -> web.Response:
         candidates = [
             r for r in rows if r.hold is not None or not r.settled or r.state == State.FAILED
         ]
-        for r, items in zip(candidates, await _gather([_open_for(app, r) for r in candidates])):
+        found = await _gather([_open_for(app, r) for r in candidates])
+        for r, items in zip(candidates, found, strict=True):
             opens[r.job_id] = items
         rows = [r for r in rows if opens.get(r.job_id)]
     page = rows[offset : offset + limit]
@@ -415,7 +416,8 @@ async def _changes(request: web.Request) -> web.StreamResponse:
 
 
 async def _close_streams(app: web.Application) -> None:
-    for queue in tuple(app[_STREAMS]):
+    queues = app[_STREAMS]
+    for queue in tuple(queues):
         with contextlib.suppress(asyncio.QueueFull):
             queue.put_nowait(None)
 

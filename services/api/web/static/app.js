@@ -298,7 +298,9 @@
 
     let shown = new Map();
     let reloadTimer = null;
+    let loads = 0;
     async function load() {
+      const mine = ++loads;  // an answer to an older request (a quick click) is dropped
       const q = new URLSearchParams({ offset: listState.offset, limit: PAGE });
       if (listState.state) q.set("state", listState.state);
       if (listState.cluster) q.set("cluster", listState.cluster);
@@ -310,6 +312,7 @@
         if (!signal.aborted && err.status !== 401) showNotice("Jobs: " + err.message);
         return;
       }
+      if (mine !== loads) return;
       if (clusterSel.options.length === 1) {
         for (const c of page.clusters) {
           clusterSel.append(h("option", { value: c, selected: listState.cluster === c }, c));
