@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import re
+import time
 import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,6 +22,7 @@ import msgspec
 from aiohttp import web
 
 from dispatch_core import (
+    Actor,
     DecodeError,
     InvalidPolicy,
     JobCreated,
@@ -35,7 +37,13 @@ from dispatch_nats import LatestEntry, NatsStoreError
 from services.api.auth import Authenticator
 from services.api.errors import ApiError, BadRequest, NotFound, UnreadableRecord
 from services.api.operations import Operations
-from services.api.schemas import JobSummary, SubmitRequest, check_spec, decode_body
+from services.api.schemas import (
+    JobSummary,
+    SubmitRequest,
+    UnreadableJob,
+    check_spec,
+    decode_body,
+)
 from services.api.web.escalations import SEVERITY_ORDER, EscalationInfo, describe
 
 __all__ = ["JOBS_PAGE_MAX", "mount"]
@@ -55,12 +63,17 @@ _CSP: Final = (
 JOBS_PAGE_DEFAULT: Final = 50
 JOBS_PAGE_MAX: Final = 500
 _HEARTBEAT_S: Final = 15.0
+_INDEX_REFRESH_S: Final = 30.0
+"""Age (seconds) after which the jobs index is rebuilt in the background."""
+_INDEX_RETRY_S: Final = 1.0
+"""Wait (seconds) before following the Status changes again after the feed failed."""
 _MADE_ID: Final = re.compile(r"^(?P<name>.+)-[a-z2-7]{8}$")
 
 _OPS: Final = web.AppKey("web_ops", Operations)
 _AUTH: Final = web.AppKey("web_auth", Authenticator)
 _CREATED: Final[web.AppKey[dict[str, _Created]]] = web.AppKey("web_created")
 _STREAMS: Final[web.AppKey[set[asyncio.Queue[LatestEntry | None]]]] = web.AppKey("web_streams")
+_INDEX: Final[web.AppKey[_Index]] = web.AppKey("web_index")
 
 
 class _Created(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,7 +85,90 @@ class _Created(msgspec.Struct, frozen=True, kw_only=True):
     checkpoint: str
 
 
-def _actor(request: web.Request) -> Any:
+class _Index:
+    """Every job's Status head, kept in the API process for the jobs list.
+
+    Built from ``Operations.list_jobs`` (every published Status, and the jobs with a record
+    but no Status yet), then kept current by one feed of every Status change; rebuilt in the
+    background when older than :data:`_INDEX_REFRESH_S` (a job submitted while the feed was
+    down, a Status the feed missed). A value replaces another only when it is as new or
+    newer (record seq, then projection time), so a rebuild racing the feed never goes back.
+    A page of 10,000 jobs is then a sort in memory, not 10,000 reads (bench/web_jobs.py).
+    """
+
+    def __init__(self, ops: Operations) -> None:
+        self._ops = ops
+        self._jobs: dict[str, JobSummary] = {}
+        self._unreadable: tuple[UnreadableJob, ...] = ()
+        self._sorted: list[JobSummary] | None = None
+        self._built_at: float | None = None
+        self._follower: asyncio.Task[None] | None = None
+        self._rebuild: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    def _put(self, summary: JobSummary) -> None:
+        old = self._jobs.get(summary.job_id)
+        if old is None or (summary.seq, summary.at) >= (old.seq, old.at):
+            self._jobs[summary.job_id] = summary
+            self._sorted = None
+
+    async def _build(self) -> None:
+        async with self._lock:
+            started = time.monotonic()
+            listing = await self._ops.list_jobs()
+            fresh = {s.job_id: s for s in listing.jobs}
+            for job_id, known in self._jobs.items():
+                now = fresh.get(job_id)
+                if now is not None and (known.seq, known.at) > (now.seq, now.at):
+                    fresh[job_id] = known
+            self._jobs = fresh
+            self._unreadable = listing.unreadable
+            self._sorted = None
+            self._built_at = started
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                async with self._ops.watch_changes() as feed:
+                    async for entry in feed:
+                        try:
+                            status = decode(entry.payload, Status)
+                        except DecodeError:
+                            continue
+                        self._put(JobSummary.of(status))
+            except NatsStoreError as err:
+                log.warning("web.index_feed_failed", extra={"error": str(err)})
+            self._built_at = None  # what the feed missed meanwhile: rebuild on next read
+            await asyncio.sleep(_INDEX_RETRY_S)
+
+    async def jobs(self) -> tuple[list[JobSummary], tuple[UnreadableJob, ...]]:
+        """Every job by id, and the jobs whose record can't be read.
+
+        Raises:
+            NatsStoreError: the first build couldn't read the statuses (a 503 or 500).
+        """
+        if self._follower is None or self._follower.done():
+            self._follower = asyncio.create_task(self._follow())
+        if self._built_at is None:
+            await self._build()
+        elif time.monotonic() - self._built_at > _INDEX_REFRESH_S and (
+            self._rebuild is None or self._rebuild.done()
+        ):
+            self._rebuild = asyncio.create_task(self._build())
+        if self._sorted is None:
+            self._sorted = [self._jobs[k] for k in sorted(self._jobs)]
+        return self._sorted, self._unreadable
+
+    async def close(self) -> None:
+        """Stop following (at the API's shutdown)."""
+        for task in (self._follower, self._rebuild):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, NatsStoreError):
+                    await task
+
+
+def _actor(request: web.Request) -> Actor:
     return request.app[_AUTH].authenticate(request.headers.get("Authorization"))
 
 
@@ -256,8 +352,9 @@ async def _jobs(request: web.Request) -> web.Response:
     needs = request.query.get("needs")
     if needs not in (None, "", "person"):
         raise BadRequest(f"needs must be 'person', got {needs!r}", field="needs")
-    listing = await ops.list_jobs(_states(request))
-    rows = list(listing.jobs)
+    states = _states(request)
+    everything, unreadable = await app[_INDEX].jobs()
+    rows = [r for r in everything if states is None or r.state in states]
     if cluster is not None:
         created = await _gather([_created(app, r.job_id) for r in rows])
         rows = [r for r, c in zip(rows, created, strict=True) if c and c.cluster == cluster]
@@ -301,7 +398,7 @@ async def _jobs(request: web.Request) -> web.Response:
             "limit": limit,
             "clusters": ops.clusters,
             "jobs": rendered,
-            "unreadable": listing.unreadable,
+            "unreadable": unreadable,
         }
     )
 
@@ -314,8 +411,10 @@ async def _inbox(request: web.Request) -> web.Response:
     job_id = request.query.get("job")
     if job_id is not None and not is_job_id(job_id):
         raise BadRequest(f"{job_id!r} is not a job id", field="job")
-    listing = await ops.list_jobs()
-    rows = [r for r in listing.jobs if job_id is None or r.job_id == job_id]
+    if job_id is not None:  # one job (its page): its Status now, not the index's
+        rows = [JobSummary.of((await ops.status(job_id))[0])]
+    else:
+        rows, _ = await app[_INDEX].jobs()
     candidates = [r for r in rows if r.hold is not None or not r.settled or r.state == "failed"]
     items = [i for group in await _gather([_open_for(app, r) for r in candidates]) for i in group]
     items.sort(key=lambda i: (SEVERITY_ORDER.get(i["severity"], 1), i["at"]))
@@ -416,6 +515,7 @@ async def _changes(request: web.Request) -> web.StreamResponse:
 
 
 async def _close_streams(app: web.Application) -> None:
+    await app[_INDEX].close()
     queues = app[_STREAMS]
     for queue in tuple(queues):
         with contextlib.suppress(asyncio.QueueFull):
@@ -428,6 +528,7 @@ def mount(app: web.Application, ops: Operations, auth: Authenticator) -> None:
     app[_AUTH] = auth
     app[_CREATED] = {}
     app[_STREAMS] = set()
+    app[_INDEX] = _Index(ops)
     app.on_shutdown.append(_close_streams)
     app.router.add_get("/", _index)
     app.router.add_get("/ui/static/{name}", _asset)
