@@ -93,7 +93,8 @@ class ManyJobs:
         )
 
         def healthy() -> None:
-            assert self.proc is not None and self.proc.poll() is None, self.log()
+            assert self.proc is not None
+            assert self.proc.poll() is None, self.log()
             try:
                 with urllib.request.urlopen(f"{self.api}/healthz", timeout=2) as response:
                     assert response.status == 200
@@ -156,4 +157,3 @@ class ManyJobs:
             await asyncio.gather(*(one(j) for j in self.ids()))
         finally:
             await nc.close()
-

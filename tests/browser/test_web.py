@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -291,3 +293,51 @@ def test_a_wrong_or_expired_token_is_told_so(up: WebUp, new_page: NewPage) -> No
     assert "refused your token" in page.inner_text("#signin-error")
     assert "expired" in page.inner_text("#signin-error")
     assert page.evaluate("sessionStorage.getItem('dispatch.token')") is None
+
+
+def test_the_page_routes_answer_as_the_api_does(up: WebUp) -> None:
+    """Without a browser: the page's own routes need the token, refuse a bad job file naming
+    what is wrong, and the page forbids the browser any other origin (its CSP)."""
+    with urllib.request.urlopen(up.api + "/", timeout=30) as response:
+        csp = response.headers["Content-Security-Policy"]
+        assert "default-src 'none'" in csp
+        assert "connect-src 'self'" in csp
+        assert b"/ui/static/app.js" in response.read()
+    code, answer = call(up.api, "wrong", "GET", "/ui/api/me")
+    assert (code, answer["error"]["code"]) == (401, "unauthorized")
+    code, answer = call(up.api, up.token, "GET", "/ui/static/secret.txt")
+    assert code == 404
+    code, answer = call(up.api, up.token, "GET", "/ui/api/jobs?needs=robot")
+    assert (code, answer["error"]["field"]) == (400, "needs")
+
+    def preview(text: str) -> tuple[int, Any]:
+        request = urllib.request.Request(
+            up.api + "/ui/api/preview",
+            data=text.encode(),
+            method="POST",
+            headers={"Authorization": f"Bearer {up.token}", "Content-Type": "text/plain"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    code, answer = preview("[spec\n")
+    assert code == 400
+    assert "not valid TOML" in answer["error"]["message"]
+    code, answer = preview('[spec]\ncluster = "mars"\ncommand = ["true"]\n')
+    assert (code, answer["error"]["code"], answer["error"]["field"]) == (
+        400,
+        "unknown-cluster",
+        "spec.cluster",
+    )
+    code, answer = preview(
+        '[spec]\ncluster = "local"\ncommand = ["true"]\n\n'
+        '[[policy.rules]]\non = ["preempted"]\naction = "resubmit"\nbudget = 1\n'
+    )
+    assert code == 200, answer
+    assert "preempted" not in answer["plan"]["uncovered"]
+    assert answer["body"]["spec"]["cluster"] == "local"
+    code, _ = call(up.api, up.token, "GET", "/v1/jobs")  # nothing was submitted by it
+    assert code == 200

@@ -33,14 +33,14 @@ def test_the_jobs_list_pages_past_a_thousand_jobs(many: ManyJobs, new_page: NewP
     page = new_page(many.api)
     sign_in(page, TOKEN)
     page.wait_for_selector(f"#jobs tr[data-job='{ids[0]}']")
-    assert page.inner_text("#page-info") == f"1–{PAGE} of {JOBS}"
+    assert page.inner_text("#page-info") == f"1-{PAGE} of {JOBS}"
     assert page.locator("#jobs tbody tr").count() == PAGE
     assert page.is_disabled("#prev")
     last = JOBS - JOBS % PAGE  # the offset of the last page
     for offset in range(PAGE, last + 1, PAGE):
         page.click("#next")
         page.wait_for_selector(f"#jobs tr[data-job='{ids[offset]}']")
-    assert page.inner_text("#page-info") == f"{last + 1}–{JOBS} of {JOBS}"
+    assert page.inner_text("#page-info") == f"{last + 1}-{JOBS} of {JOBS}"
     assert page.locator("#jobs tbody tr").count() == JOBS % PAGE
     assert page.is_disabled("#next")
     page.click("#prev")
@@ -48,6 +48,6 @@ def test_the_jobs_list_pages_past_a_thousand_jobs(many: ManyJobs, new_page: NewP
     # Filters and paging together: pending is every job here.
     page.select_option("#f-state", "pending")
     page.wait_for_selector(f"#jobs tr[data-job='{ids[0]}']")
-    assert page.inner_text("#page-info") == f"1–{PAGE} of {JOBS}"
+    assert page.inner_text("#page-info") == f"1-{PAGE} of {JOBS}"
     page.select_option("#f-state", "running")
     page.wait_for_selector("#page-info:text('no jobs')")

@@ -335,7 +335,7 @@
       }));
       const end = Math.min(page.offset + page.jobs.length, page.total);
       info.textContent = page.total === 0 ? "no jobs" :
-        (page.offset + 1) + "–" + end + " of " + page.total;
+        (page.offset + 1) + "-" + end + " of " + page.total;
       prev.disabled = page.offset === 0;
       next.disabled = end >= page.total;
       document.body.dataset.jobsLoaded = String(Date.now());
