@@ -35,6 +35,7 @@ from services.api.metrics import ApiMetrics
 from services.api.openapi import IDEMPOTENCY_KEY_PATTERN, build_openapi
 from services.api.operations import MAX_SEQ, Operations
 from services.api.schemas import COMMAND_REQUESTS, ErrorBody, ErrorDetail
+from services.api.web import mount as mount_web
 from services.common.http import health_app
 
 __all__ = ["make_app"]
@@ -380,4 +381,5 @@ def make_app(
     app.router.add_get("/v1/jobs/{job}/stream", _stream)
     for command in COMMAND_REQUESTS:
         app.router.add_post(f"/v1/jobs/{{job}}/{command}", _command_handler(command))
+    mount_web(app, ops, auth)  # the operator's web page at / (services/api/web)
     return app

@@ -387,6 +387,16 @@ class Operations:
         """Follow the job's published Status: its current value, then every change."""
         return self._statuses.watch((job_id,))
 
+    def watch_changes(self) -> LatestFeed:
+        """Follow every job's published Status from now on (changes only, no current values):
+        the web page's live jobs list (services/api/web)."""
+        return self._statuses.watch((), initial=False)
+
+    def declarations_of(self, cluster: str) -> Declarations | None:
+        """The declarations of ``cluster``'s backend, or None for a cluster the API doesn't
+        know (the web page's plan preview makes the plan a submission would get)."""
+        return self._declarations.get(cluster)
+
     async def record(self, job_id: str, after: int = 0) -> RecordResponse:
         """Return the job's events with seq greater than ``after``.
 
