@@ -52,6 +52,7 @@ from dispatch_nats.repository import (
     Loaded,
     RecordPort,
     RecordRepository,
+    StoredEvent,
     TooManyConflicts,
     record_items,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "SharedFeed",
     "StaleRead",
     "StoreUnavailable",
+    "StoredEvent",
     "StreamConfigConflict",
     "StreamKind",
     "StreamNotFound",

@@ -53,9 +53,12 @@ from dispatch_core import (
     MalformedRecord,
     RecordItem,
     WriterKind,
+    WriterRefused,
     decode_record_event,
     encode,
+    event_tag,
     fold,
+    writers_of,
 )
 from dispatch_core.backoff import Backoff
 from dispatch_nats.errors import (
@@ -77,6 +80,7 @@ __all__ = [
     "Loaded",
     "RecordPort",
     "RecordRepository",
+    "StoredEvent",
     "TooManyConflicts",
     "record_items",
 ]
@@ -159,6 +163,18 @@ class Loaded(NamedTuple):
     """The entries read by this load: after the prior's seq (all of them without a prior);
     empty when nothing was new. Their msg ids say who appended what (the API finds its own
     earlier commits by them)."""
+
+
+class StoredEvent(NamedTuple):
+    """One event of a record as stored and decoded (see `RecordRepository.events`)."""
+
+    entry: RecordEntry
+    event: JobEvent
+
+    @property
+    def item(self) -> RecordItem:
+        """The event as `fold` takes it: `(seq, event, writer)`."""
+        return (self.entry.seq, self.event, self.entry.writer)
 
 
 class Committed(NamedTuple):
@@ -285,6 +301,25 @@ class RecordRepository:
             return None if prior is None else Loaded(prior, ())
         job = fold(record_items(job_id, entries), self._clock(), prior=prior)
         return Loaded(job, tuple(entries))
+
+    async def events(self, job_id: str, after_seq: int = 0) -> list[StoredEvent]:
+        """Return the job's events after `after_seq`, decoded, each refused if its writer
+        kind may not write it (what `fold` refuses), without folding: for a reader that
+        shows a part of the record.
+
+        Raises:
+            MalformedRecord: `UndecodableEvent` or `WriterRefused`, naming the job and seq.
+            NatsStoreError: the read failed.
+        """
+        out: list[StoredEvent] = []
+        for entry in await self._store.read(job_id, after_seq):
+            event = decode_record_event(entry.payload, job_id=job_id, seq=entry.seq)
+            allowed = writers_of(event)
+            if entry.writer not in allowed:
+                kinds = tuple(sorted(str(k) for k in allowed))
+                raise WriterRefused(job_id, entry.seq, event_tag(event), str(entry.writer), kinds)
+            out.append(StoredEvent(entry, event))
+        return out
 
     # --------------------------------------------------------------------- decisions
 

@@ -27,7 +27,7 @@ import logging
 import secrets
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final, NamedTuple, TypeVar
 
@@ -47,22 +47,18 @@ from dispatch_core import (
     JobSpec,
     MalformedRecord,
     OperatorCommand,
-    RecordItem,
     Refused,
     State,
     Status,
     Supersede,
     Superseded,
     WriterKind,
-    WriterRefused,
     decide,
     decode,
-    event_tag,
     fold,
     is_job_id,
     make_plan,
     project,
-    writers_of,
 )
 from dispatch_nats import (
     Change,
@@ -72,11 +68,10 @@ from dispatch_nats import (
     LatestFeed,
     LatestStore,
     Loaded,
-    RecordEntry,
     RecordRepository,
     RecordStore,
+    StoredEvent,
     TooManyConflicts,
-    record_items,
 )
 from services.api.errors import (
     ApiError,
@@ -136,15 +131,6 @@ class _Folded(NamedTuple):
     bases: frozenset[str]
 
 
-class _Answered(Exception):
-    """Raised by a decision to stop committing: the record already answers the request
-    (its own earlier commit: a retry), or the made job id is taken."""
-
-    def __init__(self, folded: _Folded | None) -> None:
-        super().__init__("answered")
-        self.folded = folded
-
-
 def _decode_body(type_: type[T], body: bytes) -> T:
     """``decode_body``, whose 400 for a value an enum field doesn't have also lists the
     values it does (msgspec's message names only the path).
@@ -184,29 +170,6 @@ _API: Final = WriterKind.API
 """The writer kind of everything the API appends (its record store's)."""
 
 
-def _events(job_id: str, entries: Iterable[RecordEntry]) -> list[RecordItem]:
-    """Decode the job's entries (see :func:`_reading` for the error)."""
-    with _reading(job_id):
-        return record_items(job_id, entries)
-
-
-def _checked(job_id: str, entries: Iterable[RecordEntry]) -> list[RecordItem]:
-    """Decode the job's entries and refuse one its writer may not write (what ``fold``
-    refuses), without folding: a part of the record (``after``) is checked too.
-
-    Raises:
-        UnreadableRecord: an event does not decode or its writer may not write it.
-    """
-    items = _events(job_id, entries)
-    for seq, event, writer in items:
-        allowed = writers_of(event)
-        if writer not in allowed:
-            kinds = tuple(sorted(str(k) for k in allowed))
-            with _reading(job_id):
-                raise WriterRefused(job_id, seq, event_tag(event), str(writer), kinds)
-    return items
-
-
 @contextlib.contextmanager
 def _reading(job_id: str) -> Iterator[None]:
     """Answer a record that can't be read (an event that does not decode, one its writer may
@@ -225,10 +188,8 @@ def _reading(job_id: str) -> Iterator[None]:
         raise UnreadableRecord(job_id, err.seq, str(err)) from err
 
 
-def _known(job: Job | None) -> Job:
-    """The job a command is decided on: it has a record (loaded before deciding)."""
-    assert job is not None
-    return job
+def _recorded(stored: StoredEvent) -> RecordedEvent:
+    return RecordedEvent(seq=stored.entry.seq, event=stored.event, writer=stored.entry.writer)
 
 
 def _unreadable(err: UnreadableRecord) -> UnreadableJob:
@@ -420,15 +381,10 @@ class Operations:
         if not is_job_id(job_id):
             raise NotFound(f"no job {job_id!r}: not a job id")
         with _reading(job_id):
-            entries = await self._records.read(job_id, after_seq=after)
-        if not entries and (after == 0 or not await self._records.last_seq(job_id)):
+            stored = await self._repo.events(job_id, after)
+        if not stored and (after == 0 or not await self._records.last_seq(job_id)):
             raise NotFound(f"no job {job_id!r}")
-        return RecordResponse(
-            job_id=job_id,
-            events=tuple(
-                RecordedEvent(seq=s, event=e, writer=w) for s, e, w in _checked(job_id, entries)
-            ),
-        )
+        return RecordResponse(job_id=job_id, events=tuple(_recorded(s) for s in stored))
 
     async def list_jobs(self, states: frozenset[State] | None = None) -> JobList:
         """List every job, from the latest published Statuses.
@@ -606,30 +562,17 @@ class Operations:
             job_id = req.job_id or f"{req.name or 'job'}-{_suffix(seed)}"
             base = self._msg_base(actor, job_id, "submit", key)
             submit = msgspec.structs.replace(command, job_id=job_id)
-
-            def create(
-                job: Job | None, submit: OperatorCommand = submit, job_id: str = job_id
-            ) -> Sequence[JobEvent]:
-                return decide(job, submit, self._clock(), job_id=job_id)[:1]
-
-            try:
-                folded, done, _ = await self._commit(
-                    "submit",
-                    job_id,
-                    base,
-                    create,
-                    None,
-                    made_id=req.job_id is None and seed is None,
-                )
-            except _Answered as answered:
-                if answered.folded is None:
-                    continue  # a made id that is taken: make another
+            made_id = req.job_id is None and seed is None
+            folded, done, _ = await self._commit("submit", job_id, base, submit, None, made_id)
+            if not done.events and base not in folded.bases:
+                continue  # a made id that is taken: make another
+            if not done.events:
                 entries = await self._records.read(job_id)
                 return SubmitResponse(
                     job_id=job_id,
                     seq=next(e.seq for e in entries if _base_of(e.msg_id) == base),
-                    plan=answered.folded.job.plan,
-                    status=await self._project(answered.folded.job),
+                    plan=folded.job.plan,
+                    status=await self._project(folded.job),
                     replayed=True,
                 )
             seq = done.seqs[0]
@@ -647,25 +590,21 @@ class Operations:
         name: str,
         job_id: str,
         base: str,
-        decide_events: Callable[[Job | None], Sequence[JobEvent]],
+        command: OperatorCommand,
         folded: _Folded | None,
-        *,
         made_id: bool = False,
     ) -> tuple[_Folded, Committed, Sequence[JobEvent]]:
-        """Decide ``name`` with ``decide_events`` on the job's record (``folded``, else read)
-        and commit the job's own events with msg ids ``<base>:<i>``; after a lost race the
-        repository re-loads and this decides again.
+        """Decide ``command`` on the job's record (``folded``, else read) and commit the
+        job's own events (msg ids ``<base>:<i>``), deciding again after each lost race.
 
         Returns:
-            The job as committed, what was committed, and every event the last decision made
-            (a supersede's also creates another job).
+            The job as committed, what was committed, and every event decided (a
+            supersede's also creates another job). Nothing is committed when the record
+            holds this request's earlier commit (a retry), or, with ``made_id``, when the
+            job exists (the made id is taken).
 
         Raises:
-            _Answered: the record holds this request's own earlier commit (``folded`` set:
-                a retry), or, with ``made_id``, the made id is taken (``folded`` None).
-            RefusedCommand: the core refused it.
-            Busy: every try lost a race.
-            UnreadableRecord: the record can't be read.
+            RefusedCommand, Busy, UnreadableRecord: as the commands.
         """
         current = folded
         tries = 0
@@ -679,12 +618,10 @@ class Operations:
                 log.info("command.conflict", extra={"job_id": job_id, "command": name})
             if loaded is not None:
                 current = self._note(loaded, current.bases if current else frozenset())
-                if base in current.bases:
-                    raise _Answered(current)
-                if made_id:
-                    raise _Answered(None)
+                if base in current.bases or made_id:
+                    return []  # answered by the record (see Returns)
             try:
-                made = decide_events(None if loaded is None else loaded.job)
+                made = decide(loaded and loaded.job, command, self._clock(), job_id=job_id)
             except Refused as err:
                 raise RefusedCommand(err.reason) from err
             except InvalidPolicy as err:  # a supersede re-makes the plan
@@ -702,6 +639,9 @@ class Operations:
                 "times; try again"
             ) from err
         assert done.job is not None
+        if not done.events:
+            assert current is not None
+            return current, done, ()
         known = current.bases if current is not None else frozenset()
         return self._remember(_Folded(done.job, known | {base})), done, made
 
@@ -755,11 +695,8 @@ class Operations:
             self._check_superseded_options(folded.job.spec)
             new_id = await self._new_job_id(job_id, req, actor, key)
             command = msgspec.structs.replace(command, new_job_id=new_id)
-        try:
-            folded, done, made = await self._commit(
-                name, job_id, base, lambda job: decide(_known(job), command, self._clock()), folded
-            )
-        except _Answered:
+        folded, done, made = await self._commit(name, job_id, base, command, folded)
+        if not done.events:
             return await self._replay(job_id, name, base)
         log.info(
             "command.committed",
@@ -852,20 +789,19 @@ class Operations:
             The new job's creation, if this appended it.
         """
         with _reading(job_id):
-            entries = await self._records.read(job_id)
-        events = _events(job_id, entries)
-        at = next((i for i, (_, e, _) in enumerate(events) if isinstance(e, Superseded)), None)
+            stored = await self._repo.events(job_id)
+        at = next((i for i, s in enumerate(stored) if isinstance(s.event, Superseded)), None)
         if at is None:
             return None
-        superseded = events[at][1]
+        superseded, entry = stored[at].event, stored[at].entry
         assert isinstance(superseded, Superseded)
         if await self._records.last_seq(superseded.new_job):
             return None
         with _reading(job_id):
-            before = fold(events[:at], self._clock())
+            before = fold([s.item for s in stored[:at]], self._clock())
         redo = Supersede(by=superseded.by, reason=superseded.reason, new_job_id=superseded.new_job)
         created = next(e for e in decide(before, redo, superseded.at) if isinstance(e, JobCreated))
-        msg_id = entries[at].msg_id or f"repair-{job_id}-{entries[at].seq}"
+        msg_id = entry.msg_id or f"repair-{job_id}-{entry.seq}"
         await self._create(created, f"{msg_id}:new")
         log.warning(
             "supersede.completed",
@@ -876,12 +812,8 @@ class Operations:
     async def _replay(self, job_id: str, name: str, base: str) -> CommandResponse:
         """Answer a retried request from the events its first try committed."""
         with _reading(job_id):
-            entries = await self._records.read(job_id)
-        mine = [
-            RecordedEvent(seq=s, event=e, writer=w)
-            for (s, e, w), entry in zip(_events(job_id, entries), entries, strict=True)
-            if _base_of(entry.msg_id) == base
-        ]
+            stored = await self._repo.events(job_id)
+        mine = [_recorded(s) for s in stored if _base_of(s.entry.msg_id) == base]
         new_job_id, plan = None, None
         for rec in mine:
             if isinstance(rec.event, Superseded):

@@ -599,3 +599,17 @@ async def test_real_a_server_restarted_mid_append_ends_stored_once(
     """The server is restarted while an append waits for its ack: whether the append was
     stored before the restart or not, the repository ends with it stored exactly once."""
     await _commit_through(private_nats_server, "restart")
+
+
+async def test_events_are_decoded_and_checked_without_folding(harness: Harness) -> None:
+    await _submitted(harness, "job-1")
+    sup = harness.repo(SUP)
+    launched = await sup.commit("job-1", await sup.load("job-1"), _launch("job-1"))
+    stored = await sup.events("job-1", launched.seqs[0])
+    assert [(s.entry.msg_id, type(s.event)) for s in stored] == [("job-1:l1", LaunchIntended)]
+    assert [s.item for s in stored] == [(launched.seqs[1], launched.events[1][1], SUP)]
+    await harness.raw(
+        "job-1", encode(CancelRequested(job_id="job-1", at=T0, by=ALICE, reason="r")), "notifier"
+    )
+    with pytest.raises(WriterRefused):
+        await sup.events("job-1", launched.seqs[-1])  # a part of the record is checked too
