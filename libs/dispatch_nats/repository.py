@@ -29,6 +29,13 @@ conversation"):
   sent again after a pause from `dispatch_core.backoff`, for up to `unknown_for_s` seconds,
   then the error is raised (retryable: the caller tries later with the same msg ids).
 
+**Msg ids.** A fact's msg id is derived from what it records, so two writers of the same
+fact store it once. A decision's must be unique to the writer *instance* (the supervisor adds
+its replica's token): two replicas deciding the same step on the same version must not share
+a msg id, or the one that lost the race would find the winner's append and take it for its
+own (and, say, launch the same attempt a second time); with distinct ids it gets a plain
+conflict and decides again.
+
 The store is any `RecordPort` (`RecordStore` in production, the in-memory fake of the
 contract suite in `tests/`); `tests/integration/nats/test_record_repository.py` runs the same
 suite on both.
