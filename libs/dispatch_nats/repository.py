@@ -276,11 +276,6 @@ class RecordRepository:
         self._on_conflict = on_conflict
 
     @property
-    def store(self) -> RecordPort:
-        """The record store in use."""
-        return self._store
-
-    @property
     def writer(self) -> WriterKind:
         """The writer kind this repository appends as."""
         return self._writer
