@@ -54,6 +54,7 @@ from dispatch_nats.repository import (
     RecordRepository,
     StoredEvent,
     TooManyConflicts,
+    UnfoldableDecision,
     record_items,
 )
 from dispatch_nats.shared import Delivery, SharedFeed
@@ -93,6 +94,7 @@ __all__ = [
     "StreamKind",
     "StreamNotFound",
     "TooManyConflicts",
+    "UnfoldableDecision",
     "discovery_subject",
     "ensure_streams",
     "observer_subject",

@@ -89,6 +89,7 @@ __all__ = [
     "RecordRepository",
     "StoredEvent",
     "TooManyConflicts",
+    "UnfoldableDecision",
     "record_items",
 ]
 
@@ -152,6 +153,20 @@ class TooManyConflicts(NatsStoreError):
             "try again later"
         )
         self.job_id, self.tries, self.what = job_id, tries, what
+
+
+class UnfoldableDecision(NatsStoreError):
+    """Decided events would not fold onto the version they were decided on (a bug of the
+    decider: nothing was appended). Not `MalformedRecord`, which says the *stored* record
+    can't be read: a caller tells its poison from its own bug. The core's refusal is the
+    cause (`__cause__`)."""
+
+    def __init__(self, job_id: str, seq: int, error: Exception) -> None:
+        super().__init__(
+            f"job {job_id!r}: the decided events would not fold onto seq {seq}, so they were "
+            f"not appended (a bug of the decider): {error}"
+        )
+        self.job_id, self.seq = job_id, seq
 
 
 class Change(NamedTuple):
@@ -342,8 +357,8 @@ class RecordRepository:
         Raises:
             TooManyConflicts: every try lost a race.
             MalformedRecord: the record can't be read.
-            DispatchError: the decided events would not fold onto the record (a bug: nothing
-                is appended).
+            UnfoldableDecision: the decided events would not fold onto the record (a bug:
+                nothing is appended).
             AppendOutcomeUnknown, StoreUnavailable, StreamNotFound, JetStreamTemporaryError:
                 the outcome stayed unknown for `unknown_for_s` (retry with the same msg ids).
             Whatever `decide` raises.
@@ -368,7 +383,7 @@ class RecordRepository:
 
         Raises:
             ConcurrencyConflict: another writer extended the record after `loaded`.
-            DispatchError: the events would not fold onto `loaded` (nothing is appended).
+            UnfoldableDecision: the events would not fold onto `loaded` (nothing is appended).
             AppendOutcomeUnknown, StoreUnavailable, StreamNotFound, JetStreamTemporaryError:
                 the outcome stayed unknown for `unknown_for_s`.
         """
@@ -382,9 +397,9 @@ class RecordRepository:
                 self._clock(),
                 prior=prior,
             )
-        except DispatchError:
+        except DispatchError as err:
             log.exception("repository.malformed_decision", extra={"job_id": job_id})
-            raise
+            raise UnfoldableDecision(job_id, base, err) from err
         payloads = [encode(e) for e in events]
         msg_ids = [c.msg_id for c in changes]
         seqs = await self._until_known(

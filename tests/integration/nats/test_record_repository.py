@@ -55,6 +55,7 @@ from dispatch_nats import (
     RecordRepository,
     RecordStore,
     TooManyConflicts,
+    UnfoldableDecision,
     ensure_streams,
     record_items,
 )
@@ -329,12 +330,15 @@ async def test_decisions_that_would_not_fold_are_never_appended(harness: Harness
     sup = harness.repo(SUP)
     loaded = Loaded(job, ())
     # Submission 2 before submission 1: dispatch's own fold refuses it.
-    with pytest.raises(MalformedRecord):
+    with pytest.raises(UnfoldableDecision) as bad:
         await sup.commit("job-1", loaded, _launch("job-1", n=2))
+    assert isinstance(bad.value.__cause__, MalformedRecord)
+    assert not isinstance(bad.value, MalformedRecord)  # not the stored record's poison
     # An event the supervisor may not write (a person's cancel).
     cancel = CancelRequested(job_id="job-1", at=T0, by=ALICE, reason="r")
-    with pytest.raises(WriterRefused):
+    with pytest.raises(UnfoldableDecision) as refused:
         await sup.commit("job-1", loaded, [Change("x", cancel)])
+    assert isinstance(refused.value.__cause__, WriterRefused)
     assert len(await harness.stored("job-1")) == 1
 
 
