@@ -90,6 +90,8 @@ _BATCH_COMMIT: Final = "Nats-Batch-Commit"
 _STALE_READ_RETRIES: Final = 3
 _NO_STREAM_BACKOFF: Final = Backoff(base_s=0.25, max_s=2.0, jitter=0.0)
 """Pauses between appends that no stream answered (a stream leader being elected)."""
+_STALE_BACKOFF: Final = Backoff(base_s=0.05, max_s=0.25, jitter=0.0)
+"""Pauses before reading again from a replica still behind the stream's leader."""
 
 
 class RecordEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -499,7 +501,7 @@ class RecordStore:
             found, last_seen = await self._scan(job_id, after, msg_ids)
             if len(found) == len(msg_ids) or through is None or last_seen >= through:
                 break
-            await asyncio.sleep(0.02 * (attempt + 1))
+            await asyncio.sleep(_STALE_BACKOFF.delay(attempt + 1, 0.0))
         return found
 
     async def _scan(
@@ -574,7 +576,7 @@ class RecordStore:
                 "record.read.stale",
                 extra={"job_id": job_id, "reached": reached, "leader": through, "try": attempt},
             )
-            await asyncio.sleep(0.05 * (attempt + 1))
+            await asyncio.sleep(_STALE_BACKOFF.delay(attempt + 1, 0.0))
         raise StaleRead(what, through, reached)
 
     async def leader_last_seq(self, job_id: str) -> int:
