@@ -156,18 +156,18 @@ async def test_a_poisoned_job_that_had_a_status_is_marked_and_the_cli_says_so(
     started = time.monotonic()
     assert await asyncio.to_thread(cli, "watch", bad) == EXIT_UNREADABLE
     assert time.monotonic() - started < 30  # at once, not after 120 s of resuming
-    out = capsys.readouterr()
-    assert "stream lost" not in out.err
-    assert f"record of job {bad!r}, event seq {seq}" in out.err
-    assert "422 record-unreadable" in out.err
+    err = capsys.readouterr().err
+    assert "stream lost" not in err
+    assert f"record of job {bad!r}, event seq {seq}" in err
+    assert "422 record-unreadable" in err
 
     assert await asyncio.to_thread(cli, "status") == EXIT_OK
-    out = capsys.readouterr().out
-    [bad_row] = [line.split() for line in out.splitlines() if line.startswith(f"{bad} ")]
+    table = capsys.readouterr().out
+    [bad_row] = [line.split() for line in table.splitlines() if line.startswith(f"{bad} ")]
     assert bad_row[1:3] == ["unreadable", "record"]
-    [good_row] = [line.split() for line in out.splitlines() if line.startswith(f"{good} ")]
+    [good_row] = [line.split() for line in table.splitlines() if line.startswith(f"{good} ")]
     assert good_row[1] == "running"
-    assert f"unreadable: {bad}: event seq {seq}: " in out
+    assert f"unreadable: {bad}: event seq {seq}: " in table
 
     assert await asyncio.to_thread(cli, "status", bad) == EXIT_UNREADABLE
     assert f"event seq {seq}" in capsys.readouterr().err
