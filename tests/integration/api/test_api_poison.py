@@ -12,7 +12,7 @@ import time
 import pytest
 from nats.aio.client import Client as NATS
 
-from dispatch_cli.errors import EXIT_OK, EXIT_UNREADABLE
+from dispatch_cli.errors import EXIT_OK, EXIT_UNREADABLE, ApiError
 from dispatch_cli.main import main
 from dispatch_core import (
     Actor,
@@ -24,6 +24,7 @@ from dispatch_core import (
     encode,
 )
 from dispatch_nats import RecordStore
+from dispatch_sdk import Client
 from tests.integration.api.support import HUMAN_TOKEN, Api, now
 from tests.integration.api.test_api_stream import next_event, status, stream
 
@@ -173,3 +174,12 @@ async def test_a_poisoned_job_that_had_a_status_is_marked_and_the_cli_says_so(
     assert f"event seq {seq}" in capsys.readouterr().err
     assert await asyncio.to_thread(cli, "escalations", "--all") == EXIT_OK
     assert f"unreadable: {bad}: event seq {seq}: " in capsys.readouterr().out
+
+    # The SDK's watch too: it raises at once (it used to resume the ended stream for ever).
+    def sdk_watch() -> None:
+        for _ in Client(api.url, HUMAN_TOKEN).watch(bad):
+            pass
+
+    with pytest.raises(ApiError) as caught:
+        await asyncio.to_thread(sdk_watch)
+    assert (caught.value.status, caught.value.code) == (422, "record-unreadable")
