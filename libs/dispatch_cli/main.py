@@ -595,7 +595,8 @@ def _watch(client: ApiClient, job_id: str, as_json: bool) -> int:
 def watch(target: Target, job: str) -> int:
     """Follow a job live: one line per Status change, until the job settles (exit 0 if
     it succeeded, 8 if it failed or was cancelled). A transition the stream skipped is
-    shown from the record. Ctrl-C stops watching (the job goes on).
+    shown from the record. Ctrl-C stops watching (the job goes on). A job whose record
+    can't be read ends the watch at once (exit 9: retrying won't help).
 
     \b
     Examples:
