@@ -39,7 +39,7 @@ from dispatch_cli.errors import (
 )
 from dispatch_cli.home import DEFAULT_API, default_data_dir, read_state, read_token
 from dispatch_cli.jobfile import PolicyFlags, build_submission, parse_causes
-from dispatch_cli.listing import jobs_page, rows_table
+from dispatch_cli.listing import jobs_page, rows_table, unreadable_lines
 from dispatch_cli.render import (
     escalations_table,
     event_line,
@@ -58,7 +58,8 @@ _EXIT_CODES_HELP: Final = """\b
 Exit codes: 0 ok; 1 failure (API 5xx, services); 2 usage or an unreadable
 job file; 3 API unreachable; 4 token refused (401) or forbidden (403);
 5 not found (404); 6 refused by the core (409); 7 invalid request (400);
-8 `watch`: the job settled failed or cancelled; 130 interrupted."""
+8 `watch`: the job settled failed or cancelled; 9 the job's record can't
+be read (422 record-unreadable: retrying won't help); 130 interrupted."""
 
 _DURATION: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNITS: Final = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -537,8 +538,9 @@ def status(
         )
         if target.json:
             _json(page)
-        elif not page.jobs:
-            filtered = states or clusters or after
+            return EXIT_OK
+        if not page.jobs:
+            filtered = states or clusters or after or page.unreadable
             _echo("no jobs" + (" match" if filtered else " yet: dispatch submit FILE"))
         else:
             _echo(rows_table(page.jobs, datetime.now(UTC)))
@@ -547,6 +549,8 @@ def status(
                 more += [*(f"--cluster {shlex.quote(c)}" for c in clusters)]
                 more += [f"--limit {limit}", f"--after {page.next_after}"]
                 _echo(f"more: {' '.join(more)}")
+        for line in unreadable_lines(page.unreadable):
+            _echo(line)
         return EXIT_OK
     current = client.status(job)
     escalations = client.escalations(job_id=job).escalations
@@ -591,7 +595,8 @@ def _watch(client: ApiClient, job_id: str, as_json: bool) -> int:
 def watch(target: Target, job: str) -> int:
     """Follow a job live: one line per Status change, until the job settles (exit 0 if
     it succeeded, 8 if it failed or was cancelled). A transition the stream skipped is
-    shown from the record. Ctrl-C stops watching (the job goes on).
+    shown from the record. Ctrl-C stops watching (the job goes on). A job whose record
+    can't be read ends the watch at once (exit 9: retrying won't help).
 
     \b
     Examples:
@@ -618,17 +623,22 @@ def escalations(target: Target, show_all: bool, job: str | None, undelivered: bo
       dispatch escalations --all --job digits-k3x9ab2c
     """
     client = target.client()
-    found = client.escalations(job_id=job, delivered=False if undelivered else None).escalations
+    listing = client.escalations(job_id=job, delivered=False if undelivered else None)
+    found = listing.escalations
     if not show_all and not undelivered:
         jobs = {j.job_id: j for j in client.jobs().jobs}
         found = tuple(e for e in found if _is_open(e, jobs.get(e.job_id)))
     if target.json:
-        _json({"escalations": found})
-    elif not found:
+        _json({"escalations": found, "unreadable": listing.unreadable})
+        return EXIT_OK
+    if not found:
         _echo("no escalations" + ("" if show_all else " open (--all shows every one)"))
     else:
         _echo(escalations_table(found))
         _echo("answer each by its id: `dispatch status JOB` shows how")
+    # a job whose record can't be read may hold escalations nobody can list
+    for line in unreadable_lines(listing.unreadable):
+        _echo(line)
     return EXIT_OK
 
 

@@ -295,20 +295,22 @@ async def _serve_stream(
 ) -> None:
     ops = request.app[_OPS]
     metrics = request.app[_METRICS]
-    if last_id is None and queue.empty():
+    # Where the job stands now, read before anything is streamed: a record that can't be
+    # read is said at once, even when a Status was published (that one is stale: the
+    # supervisor leaves such a job alone, so nothing newer would ever come).
+    try:
+        status, source = await ops.status(job_id)
+    except UnreadableRecord as err:
+        # The answer is already under way (200, event stream): say it as an event.
+        detail = ErrorDetail(code=err.code, message=err.message, job_id=err.job_id, seq=err.seq)
+        await response.write(b"event: error\ndata: " + encode(ErrorBody(error=detail)))
+        await response.write(b"\n\n")
+        return
+    if last_id is None and queue.empty() and source == "api":
         # Nothing published yet (or not yet delivered): say where the job stands now. The
         # watch started first, so no later change is missed.
-        try:
-            status, source = await ops.status(job_id)
-        except UnreadableRecord as err:
-            # The answer is already under way (200, event stream): say it as an event.
-            detail = ErrorDetail(code=err.code, message=err.message, job_id=err.job_id, seq=err.seq)
-            await response.write(b"event: error\ndata: " + encode(ErrorBody(error=detail)))
-            await response.write(b"\n\n")
-            return
-        if source == "api":
-            await response.write(_sse(encode(status), None))
-            metrics.sse_events.inc()
+        await response.write(_sse(encode(status), None))
+        metrics.sse_events.inc()
     while True:
         transport = request.transport
         if transport is None or transport.is_closing():

@@ -400,7 +400,9 @@ class Operations:
         """List every job, from the latest published Statuses.
 
         A job whose Status hasn't been published yet (just submitted) is folded and projected
-        here, so the listing holds every job with a record.
+        here, so the listing holds every job with a record. A job whose record can't be read
+        is listed under ``unreadable`` (job, seq, why); if it has a published Status, it is
+        listed with it too, marked ``unreadable`` (that Status is stale).
 
         Args:
             states: only jobs in one of these states (None: all).
@@ -416,6 +418,7 @@ class Operations:
             found[status.job_id] = status
         missing = [j for j in ids if j not in found]
         unreadable: list[UnreadableJob] = []
+        stale: set[str] = set()
 
         async def projected(job_id: str) -> Status | None:
             try:
@@ -425,12 +428,25 @@ class Operations:
                 return None
             return None if folded is None else await self._project(folded.job)
 
+        async def still_readable(job_id: str) -> None:
+            # A record ahead of its published Status is read (as `status` does): an event
+            # there that can't be read leaves the Status stale, and the listing says so.
+            if await self._records.last_seq(job_id) <= found[job_id].seq:
+                return
+            try:
+                await self._load(job_id)
+            except UnreadableRecord as err:
+                unreadable.append(_unreadable(err))
+                stale.add(job_id)
+
+        published = [j for j in ids if j in found]
         for status_or_none in await self._bounded(missing, projected):
             if status_or_none is not None:
                 found[status_or_none.job_id] = status_or_none
+        await self._bounded(published, still_readable)
         jobs = (
-            JobSummary.of(s)
-            for _, s in sorted(found.items())
+            JobSummary.of(s, unreadable=job_id in stale)
+            for job_id, s in sorted(found.items())
             if states is None or s.state in states
         )
         return JobList(
