@@ -14,7 +14,7 @@ here does I/O or reads a clock.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Final, TypeAlias, assert_never
+from typing import Final, Literal, TypeAlias, assert_never
 
 import msgspec
 
@@ -28,7 +28,7 @@ from dispatch_core.events import (
     LaunchRefused,
     LaunchUnknown,
 )
-from dispatch_core.job import Escalation, Job, LaunchOutcome
+from dispatch_core.job import Escalation, Job
 from dispatch_core.plan import next_steps, planned
 from dispatch_core.project import settled
 from dispatch_core.state import Declarations, Discovery, ObjectRef, UtcDatetime
@@ -46,6 +46,7 @@ __all__ = [
     "Conclusion",
     "Decision",
     "Fact",
+    "LaunchWord",
     "PassPlan",
     "StartFailed",
     "StartOutcome",
@@ -348,10 +349,13 @@ class StartRetry(msgspec.Struct, frozen=True, kw_only=True):
 
 _DEFAULT_RETRY: Final = StartRetry()
 
+LaunchWord: TypeAlias = Literal["recorded", "refused", "unknown"]
+"""A launch outcome's word, in its fact's key."""
+
 
 def launch_fact(
     step: Launch, outcome: StartOutcome, at: datetime, *, retry: StartRetry = _DEFAULT_RETRY
-) -> tuple[LaunchOutcome, Fact]:
+) -> tuple[LaunchWord, Fact]:
     """The fact a launch's start commits (DESIGN.md section 5): ``LaunchRecorded`` for an
     object made, ``LaunchRefused`` for a refusal, ``LaunchUnknown`` otherwise (an unknown
     outcome, or an unreachable scheduler once ``retry`` gave up, with its detail).
@@ -363,33 +367,34 @@ def launch_fact(
         retry: the unknown-launch policy that gave up on an unreachable scheduler.
 
     Returns:
-        The launch's outcome as the record will hold it, and the fact (key
-        ``<step key>:recorded|refused|unknown``).
+        The outcome's word (``recorded``, ``refused`` or ``unknown``: the supervisor's
+        launch metric labels it so) and the fact, keyed ``<step key>:<word>``.
     """
     job_id, n, a = step.intent.job_id, step.submission, step.attempt
     event: JobEvent
+    label: LaunchWord
     match outcome:
         case Started():
             event = LaunchRecorded(job_id=job_id, at=at, submission=n, attempt=a, ref=outcome.ref)
-            label, result = "recorded", LaunchOutcome.LAUNCHED
+            label = "recorded"
         case StartRefused():
             event = LaunchRefused(
                 job_id=job_id, at=at, submission=n, attempt=a, detail=outcome.detail
             )
-            label, result = "refused", LaunchOutcome.REFUSED
+            label = "refused"
         case StartUnknown():
             event = LaunchUnknown(
                 job_id=job_id, at=at, submission=n, attempt=a, detail=outcome.detail
             )
-            label, result = "unknown", LaunchOutcome.UNKNOWN
+            label = "unknown"
         case StartUnreachable():
             event = LaunchUnknown(
                 job_id=job_id, at=at, submission=n, attempt=a, detail=retry.detail(outcome.detail)
             )
-            label, result = "unknown", LaunchOutcome.UNKNOWN
+            label = "unknown"
         case _:
             assert_never(outcome)
-    return result, Fact(key=f"{step.key}:{label}", event=event)
+    return label, Fact(key=f"{step.key}:{label}", event=event)
 
 
 # -- the other facts --------------------------------------------------------------------------
