@@ -354,7 +354,7 @@ class PassExecutor:
             )
             if plan.decisions:
                 try:
-                    await self._commit(job_id, plan.decisions, plan.after)
+                    await self._commit(job, plan.decisions, plan.after)
                 except ConcurrencyConflict:
                     self._metrics.conflicts.labels("decision").inc()
                     log.info("supervisor.replan", extra={"job_id": job_id, "planned_seq": job.seq})
@@ -461,24 +461,23 @@ class PassExecutor:
 
     # -- writing ----------------------------------------------------------------------------
 
-    async def _commit(self, job_id: str, decisions: Sequence[Decision], after: Job) -> None:
-        """Append the pass's decisions, all or none, over the version it planned from
-        (``after.seq - len(decisions)``); ``after`` is the job once they are in.
+    async def _commit(self, job: Job, decisions: Sequence[Decision], after: Job) -> None:
+        """Append the pass's decisions, all or none, over ``job``, the version it planned
+        from; ``after`` (the core's) is the job once they are in.
 
         Raises:
             ConcurrencyConflict: another writer extended the record first.
         """
         payloads = [encode(d.event) for d in decisions]
         msg_ids = [f"{d.key}~{self._writer}" for d in decisions]
-        planned_seq = after.seq - len(decisions)
         seqs = await self._until_known(
-            job_id,
+            job.job_id,
             lambda: self._records.append_many(
-                job_id, payloads, expected_last_seq=planned_seq, msg_ids=msg_ids
+                job.job_id, payloads, expected_last_seq=job.seq, msg_ids=msg_ids
             ),
         )
         # A Job holds no seq but its last one: the core's job after, with the stored last seq.
-        self._jobs[job_id] = msgspec.structs.replace(after, seq=seqs[-1])
+        self._jobs[job.job_id] = msgspec.structs.replace(after, seq=seqs[-1])
 
     async def _fact(self, job_id: str, fact: Fact) -> int:
         """Append a fact over whatever the record holds now; return 1 if appended, 0 if the
