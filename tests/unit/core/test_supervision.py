@@ -13,6 +13,7 @@ from dispatch_core.events import (
     CessationObserved,
     EscalationDelivered,
     GateOpened,
+    JobEvent,
     LaunchRecorded,
     LaunchRefused,
     LaunchUnknown,
@@ -189,23 +190,17 @@ def _launch(sim: Sim) -> Launch:
 
 
 @pytest.mark.parametrize(
-    ("outcome", "word", "kind", "detail"),
+    ("outcome", "word", "detail"),
     [
-        (Started(ref=REF), "recorded", LaunchRecorded, None),
-        (StartRefused(detail="sbatch: error"), "refused", LaunchRefused, "sbatch: error"),
-        (StartUnknown(detail="timeout"), "unknown", LaunchUnknown, "timeout"),
-        (
-            StartUnreachable(detail="no route"),
-            "unknown",
-            LaunchUnknown,
-            "scheduler unreachable for 5 s: no route",
-        ),
+        (Started(ref=REF), "recorded", None),
+        (StartRefused(detail="sbatch: error"), "refused", "sbatch: error"),
+        (StartUnknown(detail="timeout"), "unknown", "timeout"),
+        (StartUnreachable(detail="no route"), "unknown", "scheduler unreachable for 5 s: no route"),
     ],
 )
 def test_the_fact_a_launch_outcome_commits(
     outcome: Started | StartRefused | StartUnknown | StartUnreachable,
     word: str,
-    kind: type[object],
     detail: str | None,
 ) -> None:
     sim = Sim(rule(CauseKind.PREEMPTED))
@@ -214,14 +209,19 @@ def test_the_fact_a_launch_outcome_commits(
     got, fact = launch_fact(step, outcome, at, retry=StartRetry(retry_s=5.0))
     assert got == word
     assert fact.key == f"{step.key}:{word}"
-    event = fact.event
-    assert isinstance(event, kind)
-    assert (event.job_id, event.at) == (sim.job_id, at)  # type: ignore[attr-defined]
-    assert (event.submission, event.attempt) == (step.submission, step.attempt)  # type: ignore[attr-defined]
-    if detail is not None:
-        assert event.detail == detail  # type: ignore[attr-defined]
+    n, a = step.submission, step.attempt
+    expected: JobEvent
+    if word == "recorded":
+        expected = LaunchRecorded(job_id=sim.job_id, at=at, submission=n, attempt=a, ref=REF)
+    elif word == "refused":
+        expected = LaunchRefused(
+            job_id=sim.job_id, at=at, submission=n, attempt=a, detail=detail or ""
+        )
     else:
-        assert event.ref == REF  # type: ignore[attr-defined]
+        expected = LaunchUnknown(
+            job_id=sim.job_id, at=at, submission=n, attempt=a, detail=detail or ""
+        )
+    assert fact.event == expected
 
 
 def test_the_facts_of_gates_answers_and_deliveries_keep_their_msg_id_keys() -> None:

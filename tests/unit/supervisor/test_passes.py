@@ -197,9 +197,7 @@ async def test_a_refused_launch_asks_for_a_follow_up_pass() -> None:
     assert [launch.attempt for launch in inst.backend.started] == [2]
 
 
-async def test_an_unreachable_start_is_tried_again_then_recorded_unknown() -> (
-    None
-):
+async def test_an_unreachable_start_is_tried_again_then_recorded_unknown() -> None:
     """The core's unknown-launch policy (StartRetry): nothing was created, so the same start
     is tried again until ``launch_retry_s``; then the outcome is unknown, with its detail."""
     inst = Installation()
