@@ -75,18 +75,18 @@ from dispatch_core.state import (
     UnknownLaunchPolicy,
 )
 from dispatch_core.steps import (
+    AnyStep,
     AskCessation,
     Commit,
     Deliver,
     Launch,
     OpenGate,
     Pass,
-    Step,
     Stop,
 )
 from dispatch_core.writers import WriterKind
 
-__all__ = ["RESUME_INTERVAL_S", "STOP_INTERVAL_S", "VANISHED_DETAIL", "next_steps"]
+__all__ = ["RESUME_INTERVAL_S", "STOP_INTERVAL_S", "VANISHED_DETAIL", "next_steps", "planned"]
 
 STOP_INTERVAL_S: Final = 60.0
 """Seconds between two asks to stop an object that is still alive (docs/core-semantics.md,
@@ -157,11 +157,11 @@ class _Pass:
                     self.foreign.append(obj)
                 else:
                     self.own[obj.ref] = obj
-        self.commits: list[Step] = []
-        self.stops: list[Step] = []
-        self.gates: list[Step] = []
-        self.launches: list[Step] = []
-        self.asks: list[Step] = []
+        self.commits: list[AnyStep] = []
+        self.stops: list[AnyStep] = []
+        self.gates: list[AnyStep] = []
+        self.launches: list[AnyStep] = []
+        self.asks: list[AnyStep] = []
         self.wakes: list[datetime] = []
         self._primary: ObjectRecord | _Unset | None = _UNSET
 
@@ -280,6 +280,20 @@ def next_steps(
     Raises:
         ValueError: ``discovery`` is another job's.
     """
+    return planned(job, discovery, declarations, now)[0]
+
+
+def planned(
+    job: Job, discovery: Discovery | None, declarations: Declarations, now: datetime
+) -> tuple[Pass, Job]:
+    """:func:`next_steps`, with the job as it will be once the pass's decisions (its
+    ``Commit`` events, then its ``Stop`` and fresh ``Launch`` intents) are committed: the
+    planner's working copy, folded with :func:`~dispatch_core.fold.fold` itself as the pass
+    was planned (``seq`` counts one per decision).
+
+    Raises:
+        ValueError: ``discovery`` is another job's.
+    """
     if discovery is not None and discovery.job_id != job.job_id:
         raise ValueError(
             f"next_steps: discovery of job {discovery.job_id!r} given for job {job.job_id!r}"
@@ -299,7 +313,7 @@ def next_steps(
     _cleanup(p)
     deliver = _deliver(p)
     steps = (*p.commits, *p.stops, *p.gates, *p.launches, *p.asks, *deliver)
-    return Pass(steps=steps, wake_at=min(p.wakes, default=None), settled=p.settled())
+    return Pass(steps=steps, wake_at=min(p.wakes, default=None), settled=p.settled()), p.job
 
 
 # -- 1. found launches ----------------------------------------------------------------------
@@ -1408,7 +1422,7 @@ def _unshown_unended(p: _Pass) -> list[str]:
 # -- 12. delivery -----------------------------------------------------------------------------
 
 
-def _deliver(p: _Pass) -> tuple[Step, ...]:
+def _deliver(p: _Pass) -> tuple[AnyStep, ...]:
     """Deliver what the record held undelivered when the pass began.
 
     Seed 002, "Receive and answer escalations": "After each pass's steps, the supervisor

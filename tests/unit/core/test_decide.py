@@ -44,6 +44,7 @@ from dispatch_core import (
     LaunchUnknown,
     ObjectRef,
     OperatorCommand,
+    OptionRefused,
     OutcomeCommitted,
     Provenance,
     RecoveryPolicy,
@@ -543,6 +544,18 @@ def test_supersede_is_refused_without_an_outcome_or_twice() -> None:
     _refused(old, Supersede(by=ALICE, new_job_id="y"), "already superseded by 'x'")
     _refused(_failed(), Supersede(by=ALICE, new_job_id="llm-7b"), "id of its own")
     _refused(_failed(), Supersede(by=ALICE, new_job_id="Bad Id"), "not a job id")
+
+
+def test_supersede_is_refused_for_an_option_the_backend_now_refuses() -> None:
+    """A job recorded before its options were checked: the new job would keep the spec and
+    could only fail at launch. The backend's refusal is given to decide as data."""
+    bad = OptionRefused(key="partition", reason="no partition 'gpu-old' on this cluster")
+    with pytest.raises(Refused, match=r"spec\.options\.partition is invalid: no partition") as err:
+        decide(_failed(), Supersede(by=ALICE, new_job_id="x"), _t(30), refused_option=bad)
+    assert "submit a new job with the option fixed" in err.value.reason
+    # Only a supersede is refused for it; a finished job without a refusal is superseded.
+    assert decide(_failed(), Supersede(by=ALICE, new_job_id="x"), _t(30))
+    assert decide(_launched(), Cancel(by=ALICE), _t(30), refused_option=bad)
 
 
 # -- properties -------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 from prometheus_client import CollectorRegistry
 
-from dispatch_backends import LaunchRefusedError
+from dispatch_backends import LaunchRefusedError, Unreachable
 from dispatch_core import (
     Actor,
     ActorKind,
@@ -26,6 +26,7 @@ from dispatch_core import (
     Launch,
     LaunchIntended,
     LaunchRecorded,
+    LaunchUnknown,
     Level,
     ObjectPhase,
     ObjectRef,
@@ -62,9 +63,14 @@ class Installation:
         self.registry = CollectorRegistry()
 
     def executor(
-        self, *, deliver: DeliverFn | None = None, writer: str | None = None
+        self,
+        *,
+        deliver: DeliverFn | None = None,
+        writer: str | None = None,
+        launch_retry_s: float = 30.0,
     ) -> PassExecutor:
         return PassExecutor(
+            launch_retry_s=launch_retry_s,
             records=self.records,
             discoveries=self.discoveries,
             statuses=self.statuses,
@@ -189,6 +195,42 @@ async def test_a_refused_launch_asks_for_a_follow_up_pass() -> None:
     second = await ex.run_pass(JOB)
     assert not second.follow_up
     assert [launch.attempt for launch in inst.backend.started] == [2]
+
+
+async def test_an_unreachable_start_is_tried_again_then_recorded_unknown() -> None:
+    """The core's unknown-launch policy (StartRetry): nothing was created, so the same start
+    is tried again until ``launch_retry_s``; then the outcome is unknown, with its detail."""
+    inst = Installation()
+    inst.submit()
+    tries: list[int] = []
+
+    async def unreachable(launch: Launch) -> None:
+        tries.append(launch.attempt)
+        raise Unreachable(CLUSTER, "connection refused")
+
+    inst.backend.on_start = unreachable
+    await inst.executor(launch_retry_s=1.0).run_pass(JOB)
+    assert len(tries) >= 2
+    assert set(tries) == {1}  # the same attempt each time
+    unknown = inst.records.events(JOB)[-1]
+    assert isinstance(unknown, LaunchUnknown)
+    assert unknown.detail.startswith("scheduler unreachable for 1 s: ")
+    assert "connection refused" in unknown.detail
+
+
+async def test_a_start_that_fails_unclassified_is_unknown_never_failed() -> None:
+    """DESIGN.md section 5: whatever went wrong, an object may exist."""
+    inst = Installation()
+    inst.submit()
+
+    async def crash(launch: Launch) -> None:
+        raise RuntimeError("the client library broke")
+
+    inst.backend.on_start = crash
+    await inst.executor().run_pass(JOB)
+    unknown = inst.records.events(JOB)[-1]
+    assert isinstance(unknown, LaunchUnknown)
+    assert unknown.detail == "RuntimeError: the client library broke"
 
 
 async def test_a_conflicting_append_makes_the_pass_plan_again() -> None:
