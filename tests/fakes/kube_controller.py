@@ -1,9 +1,10 @@
 """TEST DOUBLE: a scripted cluster simulator that writes the statuses Kubernetes controllers would.
 
 It stands in for the Trainer, JobSet, Job (kube-controller-manager), Kueue, scheduler, taint
-manager and kubelet controllers, writing through the fake API server's store
-(:class:`tests.fakes.kube_store.Store`), so every change reaches watches as a real one would. It is
-kept apart from the API server fake so that a test states each scenario step explicitly.
+manager and kubelet controllers, writing through the real kube-apiserver of the lane
+(:class:`tests.servers.kube_store_api.ApiStore`: real resourceVersions, status subresources and
+watches), so every change reaches the backend's watches as a real one would. A test states each
+scenario step explicitly.
 
 Two kinds of behaviour:
 
@@ -38,7 +39,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, Self
 
-from tests.fakes.kube_store import (
+from tests.servers.kube_resources import (
     JOBS,
     JOBSETS,
     NODES,
@@ -48,9 +49,9 @@ from tests.fakes.kube_store import (
     ApiError,
     JsonObject,
     ResourceType,
-    Store,
     format_time,
 )
+from tests.servers.kube_store_api import ApiStore
 
 __all__ = ["ADMISSION_GATED_BY", "QUEUE_NAME_LABEL", "ClusterSimulator", "train_job_body"]
 
@@ -95,11 +96,11 @@ def _owned_by(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
 
 
 class ClusterSimulator:
-    """Scripted controllers over a fake API server's store (see the module docstring)."""
+    """Scripted controllers writing through the lane's server (see the module docstring)."""
 
     def __init__(
         self,
-        store: Store,
+        store: ApiStore,
         *,
         nodes: Sequence[str] = ("node-a", "node-b", "node-c", "node-d"),
         trainer_version: TrainerVersion = "v2.3.0",
@@ -109,7 +110,7 @@ class ClusterSimulator:
         """Create the simulator and its Ready nodes, and install Kueue's admission rules.
 
         Args:
-            store: the fake API server's store.
+            store: the lane's server, as the admin, in one namespace.
             nodes: names of the Ready nodes to create.
             trainer_version: ``v2.3.0`` reproduces the release's clearing of ``Failed`` when the
                 JobSet is gone (facts B1, kubeflow/trainer #3779); ``main`` has fix #3891.

@@ -1,8 +1,8 @@
 """The scripted cluster simulator's window on a REAL kube-apiserver (the real-apiserver lane).
 
 :class:`tests.fakes.kube_controller.ClusterSimulator` plays Trainer, JobSet, Job, Kueue and the
-kubelets by reading and writing through a store. :class:`ApiStore` gives it the subset of
-:class:`tests.fakes.kube_store.Store` it calls, answered by the real server over HTTP: every
+kubelets by reading and writing through a store. :class:`ApiStore` is that store, answered by
+the real server over HTTP: every
 write is a real POST/PUT (``/status`` for statuses)/PATCH/DELETE, carries the resourceVersion it
 read (a stale one is the server's 409), and reaches the backend's watches as the server streams
 it. The simulator's background thread wakes on real watches (one per resource, from
@@ -31,7 +31,7 @@ from typing import Any
 
 import urllib3
 
-from tests.fakes.kube_store import (
+from tests.servers.kube_resources import (
     JOBS,
     JOBSETS,
     NODES,
