@@ -46,6 +46,7 @@ from tests.servers.kube_resources import (
     PODS,
     TRAINJOBS,
     WORKLOADS,
+    AdmissionDenied,
     ApiError,
     JsonObject,
     ResourceType,
@@ -107,7 +108,8 @@ class ClusterSimulator:
         max_restarts: int | None = None,
         kueue_admission_gated_by: bool = True,
     ) -> None:
-        """Create the simulator and its Ready nodes, and install Kueue's admission rules.
+        """Create the simulator and its Ready nodes (Kueue's admission webhooks are
+        :meth:`kueue_webhook`, for a test that registers it on the server).
 
         Args:
             store: the lane's server, as the admin, in one namespace.
@@ -131,8 +133,6 @@ class ClusterSimulator:
         self._thread: threading.Thread | None = None
         self.errors: list[BaseException] = []
         """Exceptions raised by background reconciles (a test should assert it stays empty)."""
-        store.mutating_hooks.append(self._kueue_webhook_default)
-        store.validating_hooks.append(self._kueue_webhook_validate)
         for name in nodes:
             self.add_node(name)
 
@@ -633,6 +633,21 @@ class ClusterSimulator:
         self.store.delete(PODS, ns, name)
 
     # -- Kueue webhooks -------------------------------------------------------------------------
+
+    def kueue_webhook(
+        self, operation: str, obj: JsonObject, old: JsonObject | None
+    ) -> list[JsonObject]:
+        """Kueue's TrainJob webhooks as one real admission webhook answers
+        (``tests/servers/kube_webhook.py``, CREATE and UPDATE): the validating one's refusal
+        raised as :class:`AdmissionDenied`, the defaulting one's change as a JSON patch."""
+        try:
+            self._kueue_webhook_validate(operation, TRAINJOBS, obj, old)
+        except ApiError as err:
+            raise AdmissionDenied(err.code, err.message) from err
+        after = self._kueue_webhook_default(operation, TRAINJOBS, copy.deepcopy(obj), old)
+        if after.get("spec") == obj.get("spec"):
+            return []
+        return [{"op": "add", "path": "/spec", "value": after["spec"]}]
 
     def _kueue_webhook_default(
         self, op: str, rt: ResourceType, obj: JsonObject, old: JsonObject | None

@@ -17,6 +17,7 @@ __all__ = [
     "PODS",
     "TRAINJOBS",
     "WORKLOADS",
+    "AdmissionDenied",
     "ApiError",
     "JsonObject",
     "PatchType",
@@ -48,6 +49,15 @@ class ApiError(Exception):
         super().__init__(f"{code} {reason}: {message}")
         self.code, self.reason, self.message = code, reason, message
         self.details = dict(details or {})
+
+
+class AdmissionDenied(Exception):
+    """An admission webhook's refusal (``allowed: false``): the API server answers ``code``
+    with ``message`` after its own words, ``admission webhook "<name>" denied the request``."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code, self.message = code, message
 
 
 @dataclass(frozen=True, kw_only=True)

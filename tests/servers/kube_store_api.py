@@ -82,10 +82,6 @@ class ApiStore:
         self._watchers: list[threading.Thread] = []
         self._stop = threading.Event()
         self._pruned: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
-        self.mutating_hooks: list[Any] = []
-        """Unused: the real server runs no Python admission hooks (Kueue's webhooks would be
-        an admission webhook server; dispatch's own bodies already carry what they set)."""
-        self.validating_hooks: list[Any] = []
 
     # -- the Store surface the simulator uses ---------------------------------------------------
 
@@ -410,15 +406,15 @@ class ApiStore:
                         self._drop_finalizer(rt, obj, "foregroundDeletion")
 
     def _drop_finalizer(self, rt: ResourceType, obj: JsonObject, finalizer: str) -> None:
+        """Remove ``finalizer`` as the garbage collector does: a merge patch of the finalizers
+        guarded by the resourceVersion read."""
         meta = obj["metadata"]
         left = [f for f in meta.get("finalizers") or () if f != finalizer]
-        with contextlib.suppress(ApiError):
-            self.update(
-                rt,
-                None,
-                meta["name"],
-                {**obj, "metadata": {**meta, "finalizers": left}},
-            )
+        body = {
+            "metadata": {"resourceVersion": meta["resourceVersion"], "finalizers": left or None}
+        }
+        with contextlib.suppress(ApiError):  # changed or gone meanwhile: the next pass sees it
+            self.patch(rt, None, meta["name"], "merge", body)
 
     # -- real watches wake the simulator --------------------------------------------------------
 

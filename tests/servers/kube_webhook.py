@@ -32,13 +32,14 @@ from typing import Any, Self
 
 from tests.fakes.kube_controller import train_job_body
 from tests.servers.kube import KubeApiServer
-from tests.servers.kube_resources import JsonObject, ResourceType
+from tests.servers.kube_resources import AdmissionDenied, JsonObject, ResourceType
 
 __all__ = ["Mutate", "SiteWebhook"]
 
-Mutate = Callable[[str, JsonObject], list[JsonObject]]
-"""``(operation, object) -> JSON patch``: ``operation`` is ``CREATE`` or ``UPDATE``; an empty
-list leaves the object as it is."""
+Mutate = Callable[[str, JsonObject, JsonObject | None], list[JsonObject]]
+"""``(operation, object, old object) -> JSON patch``: ``operation`` is ``CREATE`` or
+``UPDATE`` (``old`` is ``None`` on CREATE); an empty list leaves the object as it is; raising
+:class:`~tests.servers.kube_resources.AdmissionDenied` refuses the request."""
 
 
 class SiteWebhook:
@@ -144,11 +145,17 @@ class SiteWebhook:
                 review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 request = review["request"]
                 patch: list[JsonObject] = []
+                response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
                 if request.get("namespace") == hook.namespace:
                     with hook._lock:
                         hook.reviews.append(request)
-                    patch = hook.mutate(request["operation"], request["object"])
-                response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
+                    try:
+                        patch = hook.mutate(
+                            request["operation"], request["object"], request.get("oldObject")
+                        )
+                    except AdmissionDenied as denied:
+                        response["allowed"] = False
+                        response["status"] = {"code": denied.code, "message": denied.message}
                 if patch:
                     response["patchType"] = "JSONPatch"
                     response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()

@@ -23,7 +23,8 @@ from tests.fakes.kube_controller import (
 )
 from tests.servers.kube import KubeApiServer
 from tests.servers.kube_lane import RealKube
-from tests.servers.kube_resources import JOBSETS, PODS
+from tests.servers.kube_resources import JOBSETS, PODS, TRAINJOBS
+from tests.servers.kube_webhook import SiteWebhook
 
 pytestmark = pytest.mark.integration
 
@@ -298,8 +299,17 @@ def test_foreground_stop_waits_for_pods_on_a_lost_node(
 
 
 def test_admission_gate_holds_quota_until_removed_and_cannot_be_added(
-    apis: tuple[Any, Any, Any], kube_cluster: ClusterSimulator
+    apis: tuple[Any, Any, Any], kube_cluster: ClusterSimulator, kube_server: RealKube
 ) -> None:
+    # Kueue's webhooks (default: a queued TrainJob is created suspended; validate: gates
+    # are only removed) run as a real admission webhook of the server
+    with SiteWebhook(
+        kube_server.lab, NS, TRAINJOBS, kube_cluster.kueue_webhook, operations=("CREATE", "UPDATE")
+    ):
+        _gated_then_admitted(apis, kube_cluster)
+
+
+def _gated_then_admitted(apis: tuple[Any, Any, Any], kube_cluster: ClusterSimulator) -> None:
     custom, core, _ = apis
     gates = "dispatch.example/start,admin.example/hold"
     tj = _running(

@@ -238,7 +238,7 @@ async def test_a_sites_webhook_gate_at_creation_is_admin_held(harness: KubeflowH
     # the other keeps the TrainJob held until the site lifts it.
     env = harness.server
 
-    def site_gate(operation: str, obj: JsonObject) -> list[JsonObject]:
+    def site_gate(operation: str, obj: JsonObject, old: JsonObject | None) -> list[JsonObject]:
         annotations = dict(obj["metadata"].get("annotations") or {})
         gates = annotations.get(ADMISSION_GATED_BY, "")
         annotations[ADMISSION_GATED_BY] = ",".join(filter(None, [gates, "site.example/audit"]))
