@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -49,7 +50,7 @@ async def test_a_watch_cut_on_the_wire_resumes_from_its_resource_version(
 ) -> None:
     job = new_job_id()
     ref = await running(harness, job)
-    pods: Reflector = harness.backend._reflectors[("pods", NS)]
+    pods: Reflector[Any] = harness.backend._reflectors[("pods", NS)]
     lists, watches = pods.lists, pods.watches
     proxy = harness.server.proxy
     with proxy.refusing():  # every open watch is cut; reconnecting fails meanwhile
@@ -71,7 +72,7 @@ async def test_410_from_etcd_compaction_relists_and_the_backend_goes_on(
 ) -> None:
     job = new_job_id()
     ref = await running(harness, job)
-    pods: Reflector = harness.backend._reflectors[("pods", NS)]
+    pods: Reflector[Any] = harness.backend._reflectors[("pods", NS)]
     lists = pods.lists
     await asyncio.to_thread(harness.server.expire_watch_cache)
 
@@ -182,7 +183,7 @@ async def test_the_pod_watch_failing_then_cut_after_one_event_loses_no_evidence(
     # come through by resuming from the last resourceVersion seen, without a relist.
     job = new_job_id()
     ref = await running(harness, job)
-    pods: Reflector = harness.backend._reflectors[("pods", NS)]
+    pods: Reflector[Any] = harness.backend._reflectors[("pods", NS)]
     lists, watches = pods.lists, pods.watches
     proxy = harness.server.proxy
     proxy.drop_next_watch(after_events=1, abrupt=True, path_contains="/pods")
