@@ -741,8 +741,8 @@ class KubeflowBackend:
     def _caught_up(self, namespace: str, uid: str, now: datetime, rv: int) -> bool:
         """Whether every watch of ``namespace`` (and of the nodes) has seen up to ``rv``.
 
-        Progress on a quiet stream comes from bookmarks only (about once a minute on a real
-        API server, and before a watch's timeout on this fake); a decision that has waited
+        Progress on a quiet stream comes from bookmarks only (on a recent API server about
+        once a minute and before a watch's timeout; none from 1.20); a decision that has waited
         ``evidence_wait_s`` for it goes ahead while every watch is healthy (its events
         arrive within moments, so by then it has them). A broken watch is never waited past.
         """
