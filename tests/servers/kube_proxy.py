@@ -210,7 +210,8 @@ class KubeProxy:
         self, *, after_events: int = 0, abrupt: bool = False, path_contains: str | None = None
     ) -> None:
         """Cut the next watch (whose path contains ``path_contains``, or any) once it has
-        relayed ``after_events`` events: cleanly (the terminating chunk) or abruptly (reset)."""
+        relayed ``after_events`` events: cleanly (the terminating chunk) or abruptly (reset).
+        A watch that ends before that passes the cut on to the next one."""
         with self._lock:
             self._drops.append(
                 _WatchDrop(after_events=after_events, abrupt=abrupt, path_contains=path_contains)
@@ -347,9 +348,10 @@ class KubeProxy:
         if stream is not None:
             with self._lock:
                 self._streams.add(stream)
-        events = 0
+        events, fired = 0, False
         try:
             if drop is not None and drop.after_events == 0:
+                fired = True
                 self._end_dropped(dst, drop.abrupt)
             while True:
                 try:
@@ -371,11 +373,15 @@ class KubeProxy:
                 dst.sendall(size_line + data)
                 events += data[:-2].count(b"\n")
                 if drop is not None and events >= drop.after_events:
+                    fired = True
                     self._end_dropped(dst, drop.abrupt)
         finally:
-            if stream is not None:
-                with self._lock:
+            with self._lock:
+                if stream is not None:
                     self._streams.discard(stream)
+                if drop is not None and not fired:
+                    # the watch ended before its Nth event: the next one gets the cut
+                    self._drops.insert(0, drop)
 
     def _end_dropped(self, dst: socket.socket, abrupt: bool) -> None:
         with self._lock:

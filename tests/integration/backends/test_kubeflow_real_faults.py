@@ -188,7 +188,11 @@ async def test_the_pod_watch_failing_then_cut_after_one_event_loses_no_evidence(
     proxy = harness.server.proxy
     proxy.drop_next_watch(after_events=1, abrupt=True, path_contains="/pods")
     proxy.fail_next(3, status=500, path_contains="/pods", watch=True)
-    proxy.drop_watches(abrupt=True, path_contains="/pods")
+
+    def cut() -> None:  # the pod watch is renewed every watch_timeout_s: cut an open one
+        assert proxy.drop_watches(abrupt=True, path_contains="/pods") == 1
+
+    await assert_eventually(cut, timeout_s=30)
 
     def pod_watch_down() -> None:
         assert proxy.active_watches("/pods") == 0
