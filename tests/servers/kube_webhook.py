@@ -87,9 +87,14 @@ class SiteWebhook:
             "DELETE",
             f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{self.name}",
         )
-        self._server.shutdown()
-        self._server.server_close()
-        self._dir.cleanup()
+        # The server stays up until the apiserver has stopped calling it (failurePolicy Fail:
+        # a TrainJob created meanwhile, by the next test, would be refused).
+        try:
+            self._wait_until_called(False)
+        finally:
+            self._server.shutdown()
+            self._server.server_close()
+            self._dir.cleanup()
 
     def _register(self) -> None:
         rt = self.resource
@@ -124,17 +129,25 @@ class SiteWebhook:
         if status != 201:
             raise AssertionError(f"MutatingWebhookConfiguration: {status} {answer}")
         # effective once the apiserver's informer has it: a dry-run create goes through it
+        self._wait_until_called(True)
+
+    def _wait_until_called(self, called: bool) -> None:
+        """Dry-run creates in the namespace until the apiserver calls the webhook for them
+        (``called``) or no longer does (its informer has seen the configuration)."""
         deadline = time.monotonic() + 60
         rt = self.resource
         path = f"/apis/{rt.group}/{rt.version}/namespaces/{self.namespace}/{rt.plural}?dryRun=All"
         while True:
+            with self._lock:
+                self.reviews.clear()
             self.lab.request("POST", path, train_job_body(f"probe-{secrets.token_hex(3)}"))
             with self._lock:
-                if self.reviews:
-                    self.reviews.clear()
-                    return
+                seen = bool(self.reviews)
+                self.reviews.clear()
+            if seen is called:
+                return
             if time.monotonic() > deadline:
-                raise AssertionError(f"webhook {self.name} not called within 60 s")
+                raise AssertionError(f"webhook {self.name}: called={seen} after 60 s")
             time.sleep(0.2)
 
     def _handler(self) -> type[http.server.BaseHTTPRequestHandler]:
