@@ -1001,7 +1001,9 @@ class ClusterSimulator:
                             tj,
                         ),
                     )
-        if new != tj:
+        # An empty status is no change (a TrainJob without one read as {}), and the CRD's
+        # ``status: minProperties: 1`` makes the real server refuse it with a 422.
+        if new != tj and new["status"]:
             self._write_status(TRAINJOBS, new)
 
     # JobSet (facts B2)
