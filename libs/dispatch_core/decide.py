@@ -30,18 +30,21 @@ from dispatch_core.commands import (
 from dispatch_core.constants import JOB_PLACEHOLDER, MAX_HOLD_FOR_S
 from dispatch_core.epoch import MAX_GENERATION
 from dispatch_core.errors import Refused
+from dispatch_core.escalations import EscalationKind, escalation_id
 from dispatch_core.events import (
     Abandoned,
     CancelRequested,
     EmergencyStopRequested,
     EscalationCommitted,
     GaveUp,
+    HoldHow,
     HoldPlaced,
     HoldReleased,
     JobCreated,
     JobEvent,
     OutcomeCommitted,
     SubmissionOpened,
+    SubmissionWhy,
     Superseded,
 )
 from dispatch_core.job import Hold, Job, LaunchOutcome
@@ -260,7 +263,7 @@ def _release(job: Job, command: Release, now: datetime) -> tuple[JobEvent, ...]:
             at=now,
             instance=hold.instance,
             by=command.by,
-            how="release",
+            how=HoldHow.RELEASE,
             override=command.by != hold.by,
             reason=command.reason,
         ),
@@ -283,21 +286,21 @@ def _resubmit(job: Job, command: Resubmit, now: datetime) -> tuple[JobEvent, ...
             at=now,
             instance=hold.instance,
             by=command.by,
-            how="resubmit",
+            how=HoldHow.RESUBMIT,
             reason=command.reason,
         ),
         SubmissionOpened(
             job_id=job.job_id,
             at=now,
             submission=number,
-            why="resubmit",
+            why=SubmissionWhy.RESUBMIT,
             cause=hold.cause,
             by=command.by,
         ),
     )
 
 
-def _release_for(job: Job, command: Command, now: datetime, how: str) -> tuple[JobEvent, ...]:
+def _release_for(job: Job, command: Command, now: datetime, how: HoldHow) -> tuple[JobEvent, ...]:
     """The release of the hold in force (if any) by a cancel or a give-up."""
     hold = job.hold
     if hold is None:
@@ -326,7 +329,7 @@ def _cancelled(job: Job, command: Command, now: datetime) -> tuple[JobEvent, ...
     )
     return (
         CancelRequested(job_id=job.job_id, at=now, by=command.by, reason=command.reason),
-        *_release_for(job, command, now, "cancel"),
+        *_release_for(job, command, now, HoldHow.CANCEL),
         OutcomeCommitted(job_id=job.job_id, at=now, state=State.CANCELLED, cause=cause),
     )
 
@@ -350,12 +353,12 @@ def _give_up(job: Job, command: GiveUp, now: datetime) -> tuple[JobEvent, ...]:
     reason = f": {command.reason}" if command.reason else ""
     return (
         GaveUp(job_id=job.job_id, at=now, by=command.by, reason=command.reason),
-        *_release_for(job, command, now, "give-up"),
+        *_release_for(job, command, now, HoldHow.GIVE_UP),
         OutcomeCommitted(job_id=job.job_id, at=now, state=State.FAILED, cause=cause),
         EscalationCommitted(
             job_id=job.job_id,
             at=now,
-            id="give-up",
+            id=escalation_id(EscalationKind.GIVE_UP),
             detail=f"{command.by.name} gave up on hold {hold.instance} ({cause.kind}){reason}",
         ),
     )

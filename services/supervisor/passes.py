@@ -100,6 +100,7 @@ from dispatch_core import (
     project,
 )
 from dispatch_core.backoff import Backoff
+from dispatch_core.escalations import escalation_kind
 from dispatch_nats import (
     AppendOutcomeUnknown,
     ConcurrencyConflict,
@@ -376,8 +377,8 @@ class PassExecutor:
             match step:
                 case Commit():
                     if isinstance(step.event, EscalationCommitted):
-                        kind = step.event.id.split(":", 1)[0]
-                        self._metrics.escalations.labels(kind).inc()
+                        kind = escalation_kind(step.event.id)
+                        self._metrics.escalations.labels(kind or "other").inc()
                 case Stop():
                     retry |= not await self._stop(job_id, backend, step)
                 case OpenGate():

@@ -31,6 +31,7 @@ from dispatch_core import (
     GaveUp,
     GiveUp,
     HoldCommand,
+    HoldHow,
     HoldKind,
     HoldPlaced,
     HoldReleased,
@@ -54,6 +55,7 @@ from dispatch_core import (
     Resubmit,
     State,
     SubmissionOpened,
+    SubmissionWhy,
     Submit,
     Supersede,
     Superseded,
@@ -104,7 +106,7 @@ def _launched() -> Job:
     j = "llm-7b"
     return _apply(
         _submitted(),
-        SubmissionOpened(job_id=j, at=_t(1), submission=1, why="initial"),
+        SubmissionOpened(job_id=j, at=_t(1), submission=1, why=SubmissionWhy.INITIAL),
         LaunchIntended(job_id=j, at=_t(1), submission=1, attempt=1),
         LaunchRecorded(job_id=j, at=_t(1), submission=1, attempt=1, ref=REF),
     )
@@ -310,7 +312,7 @@ def test_release_of_an_actor_hold_lets_the_job_run_again() -> None:
         at=_t(3),
         instance=1,
         by=ALICE,
-        how="release",
+        how=HoldHow.RELEASE,
         override=False,
         reason="fixed",
     )
@@ -345,11 +347,11 @@ def test_resubmit_lifts_a_recovery_hold_and_runs_a_new_submission_without_spendi
             at=_t(20),
             instance=1,
             by=BOB,
-            how="resubmit",
+            how=HoldHow.RESUBMIT,
             reason="bigger batch fixed",
         ),
         SubmissionOpened(
-            job_id="llm-7b", at=_t(20), submission=2, why="resubmit", cause=OOM, by=BOB
+            job_id="llm-7b", at=_t(20), submission=2, why=SubmissionWhy.RESUBMIT, cause=OOM, by=BOB
         ),
     )
     job = _apply(job, *events)
@@ -443,7 +445,7 @@ def _unknown_launch() -> Job:
     j = "llm-7b"
     return _apply(
         _submitted(),
-        SubmissionOpened(job_id=j, at=_t(1), submission=1, why="initial"),
+        SubmissionOpened(job_id=j, at=_t(1), submission=1, why=SubmissionWhy.INITIAL),
         LaunchIntended(job_id=j, at=_t(1), submission=1, attempt=1),
         LaunchUnknown(job_id=j, at=_t(1), submission=1, attempt=1, detail="sbatch timed out"),
     )
