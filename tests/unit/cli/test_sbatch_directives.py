@@ -12,7 +12,7 @@ from typing import Final
 
 import msgspec
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatch_backends.slurm.script import leading_block, sbatch_directives
@@ -188,6 +188,7 @@ def test_what_is_written_is_what_is_read(
     assert [number for number, _ in leading_block(text)] == list(range(2, 2 + len(lines)))
 
 
+@settings(deadline=None, max_examples=40)  # a /bin/sh per example: slow on a loaded machine
 @given(args=st.lists(st.text(min_size=0, max_size=8).filter(lambda s: "\x00" not in s), max_size=4))
 def test_arguments_reach_the_script_as_its_positional_parameters(
     tmp_path_factory: pytest.TempPathFactory, args: list[str]
