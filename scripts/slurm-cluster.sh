@@ -57,6 +57,12 @@
 #                            script did not write (a backup is kept)  [0]
 #   SLURM_LAB_CANCEL_WAIT    stop: s to wait for cancelled jobs       [45]
 #   SLURM_LAB_KEEP_JOBS      stop: 1 = do not cancel jobs; = --keep-jobs [0]
+#   SLURM_LAB_USERS          Unix users created for jobs that run as
+#                            their owners (issue 16; with accounting,
+#                            each gets an association in account
+#                            "dispatch-users"); dispatch's backend
+#                            acts for them through sudo, which is
+#                            installed too                 [dj-alice dj-bob]
 set -euo pipefail
 
 PROG=slurm-cluster
@@ -92,6 +98,7 @@ FRESH=${SLURM_LAB_FRESH:-0}
 FORCE=${SLURM_LAB_FORCE:-0}
 CANCEL_WAIT=${SLURM_LAB_CANCEL_WAIT:-45}
 KEEP_JOBS=${SLURM_LAB_KEEP_JOBS:-0}
+USERS=${SLURM_LAB_USERS-dj-alice dj-bob}
 PURGE=0
 
 while [ $# -gt 0 ]; do
@@ -123,7 +130,7 @@ DBRUN=$MDB/run
 DBPID=$DBRUN/mariadbd.pid
 DBSOCK=$DBRUN/mariadbd.sock
 DBNAME=slurm_acct_db
-SLURM_PKGS=(munge slurmctld slurmd slurm-client)
+SLURM_PKGS=(munge slurmctld slurmd slurm-client sudo)
 DBD_PKGS=(slurmdbd slurm-wlm-mysql-plugin mariadb-server mariadb-client)
 
 log() { printf '%s: %s\n' "$PROG" "$*"; }
@@ -389,7 +396,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     rm -f "$APTLOG"
     log "installed in $(since "$T_INST") s: $(dpkg-query -W -f='${Package} ${Version}  ' "${missing[@]}")"
 fi
-bins=(munged munge unmunge slurmctld slurmd sinfo scontrol sbatch)
+bins=(munged munge unmunge slurmctld slurmd sinfo scontrol sbatch sudo)
 [ "$ACCOUNTING" = 1 ] && bins+=(slurmdbd sacctmgr sacct mariadbd mariadb mariadb-install-db mariadb-admin)
 for b in "${bins[@]}"; do
     command -v "$b" > /dev/null || die "'$b' not found after install"
@@ -706,6 +713,29 @@ if [ "$ACCOUNTING" = 1 ] && { [ "$dbd_started" = 1 ] || [ ! -e "$RUN/registered-
     fi
     touch "$RUN/registered-$CLUSTER"
 fi
+
+# ---------------------------------------------------------------- job owners
+# Two ordinary Unix users whose jobs dispatch submits, releases and cancels as
+# them (sudo -n -u USER; root needs no sudoers rule). No home directory: the
+# jobs run in the directory they are submitted from, and write /tmp.
+for u in $USERS; do
+    if ! id -u "$u" > /dev/null 2>&1; then
+        useradd -M -U -s /bin/sh -c "dispatch test job owner" "$u" ||
+            die "useradd $u failed"
+        log "created Unix user $u (uid $(id -u "$u"))"
+    fi
+    if [ "$ACCOUNTING" = 1 ] &&
+        [ -z "$(sacctmgr -n -P show assoc where cluster="$CLUSTER" user="$u" format=user 2> /dev/null)" ]; then
+        if [ -z "$(sacctmgr -n -P show account dispatch-users format=account 2> /dev/null)" ]; then
+            sacctmgr -i add account dispatch-users cluster="$CLUSTER" \
+                description="dispatch test job owners" organization=dispatch > "$LOGD/sacctmgr.out" 2>&1 ||
+                { tail_log "$LOGD/sacctmgr.out"; die "sacctmgr add account dispatch-users failed"; }
+        fi
+        sacctmgr -i add user "$u" account=dispatch-users cluster="$CLUSTER" > "$LOGD/sacctmgr.out" 2>&1 ||
+            { tail_log "$LOGD/sacctmgr.out"; die "sacctmgr add user $u failed"; }
+        log "added user $u (account dispatch-users) to cluster '$CLUSTER'"
+    fi
+done
 
 # ---------------------------------------------------------------- slurmctld + slurmd
 if pid_alive "$RUN/slurmctld.pid" slurmctld; then
