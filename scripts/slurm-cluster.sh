@@ -62,7 +62,10 @@
 #                            each gets an association in account
 #                            "dispatch-users"); dispatch's backend
 #                            acts for them through sudo, which is
-#                            installed too                 [dj-alice dj-bob]
+#                            installed too, with a service user
+#                            dj-dispatch, group dispatch-users and
+#                            /etc/sudoers.d/dispatch-test (the
+#                            shipped rule)                 [dj-alice dj-bob]
 set -euo pipefail
 
 PROG=slurm-cluster
@@ -99,6 +102,7 @@ FORCE=${SLURM_LAB_FORCE:-0}
 CANCEL_WAIT=${SLURM_LAB_CANCEL_WAIT:-45}
 KEEP_JOBS=${SLURM_LAB_KEEP_JOBS:-0}
 USERS=${SLURM_LAB_USERS-dj-alice dj-bob}
+TOP=$(cd "$(dirname "$0")/.." && pwd)
 PURGE=0
 
 while [ $# -gt 0 ]; do
@@ -736,6 +740,29 @@ for u in $USERS; do
         log "added user $u (account dispatch-users) to cluster '$CLUSTER'"
     fi
 done
+# A site's setup for them (deploy/slurm/README.md, "Jobs run as their owners"):
+# the owners in group dispatch-users, a service user dj-dispatch, and the
+# shipped sudoers rule granting it sbatch/scontrol release/scancel as them.
+if [ -n "$USERS" ]; then
+    getent group dispatch-users > /dev/null || groupadd dispatch-users || die "groupadd dispatch-users failed"
+    for u in $USERS; do
+        id -nG "$u" | tr ' ' '\n' | grep -qx dispatch-users || usermod -a -G dispatch-users "$u" ||
+            die "usermod -a -G dispatch-users $u failed"
+    done
+    if ! id -u dj-dispatch > /dev/null 2>&1; then
+        useradd -M -U -s /bin/sh -c "dispatch test service user" dj-dispatch || die "useradd dj-dispatch failed"
+        log "created Unix user dj-dispatch (the service user of the sudoers test)"
+    fi
+    [ -r "$TOP/deploy/slurm/sudoers.dispatch" ] || die "$TOP/deploy/slurm/sudoers.dispatch is missing"
+    rule=$(sed 's/^dispatch ALL = /dj-dispatch ALL = /' "$TOP/deploy/slurm/sudoers.dispatch")
+    if [ "$(cat /etc/sudoers.d/dispatch-test 2> /dev/null)" != "$rule" ]; then
+        printf '%s\n' "$rule" > /etc/sudoers.d/.dispatch-test.new
+        chmod 0440 /etc/sudoers.d/.dispatch-test.new
+        visudo -cqf /etc/sudoers.d/.dispatch-test.new || die "deploy/slurm/sudoers.dispatch does not parse"
+        mv /etc/sudoers.d/.dispatch-test.new /etc/sudoers.d/dispatch-test
+        log "installed /etc/sudoers.d/dispatch-test (deploy/slurm/sudoers.dispatch for dj-dispatch)"
+    fi
+fi
 
 # ---------------------------------------------------------------- slurmctld + slurmd
 if pid_alive "$RUN/slurmctld.pid" slurmctld; then
