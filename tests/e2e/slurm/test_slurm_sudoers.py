@@ -52,7 +52,7 @@ def _sacct(slurm_id: str) -> tuple[str, str]:
 @pytest.mark.timeout(300)
 async def test_the_service_user_acts_for_an_owner_only_through_the_sudoers_rule() -> None:
     require_cluster()
-    assert os.path.exists("/etc/sudoers.d/dispatch-test"), "slurm-cluster.sh start installs it"
+    _require_rule()
     backend = SlurmBackend(
         "lab",
         SlurmSettings(
@@ -86,3 +86,7 @@ async def test_the_service_user_acts_for_an_owner_only_through_the_sudoers_rule(
 
 def _is(got: tuple[str, str], want: tuple[str, str]) -> None:
     assert got == want, got
+
+
+def _require_rule() -> None:
+    assert os.path.exists("/etc/sudoers.d/dispatch-test"), "slurm-cluster.sh start installs it"
