@@ -468,7 +468,7 @@ def submit(
 
 @cli.command(
     short_help="Submit a plain sbatch script with #DISPATCH lines; show its plan.",
-    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
+    context_settings={"allow_interspersed_args": False},
 )
 @click.argument("script", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)

@@ -248,3 +248,23 @@ def test_the_example_script_is_the_walkthrough_s_job(tmp_path: Path) -> None:
         "--exclusive",
         "--mem",
     ]
+
+
+def test_the_command_line_options_go_before_the_script_and_the_rest_to_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``dispatch sbatch``: an unknown option before the script is a usage error; after it,
+    options are the script's, so a malformed script is refused (exit 2, its line number)
+    before any API is asked (none listens here)."""
+    from dispatch_cli.main import main
+
+    monkeypatch.setenv("DISPATCH_API", "http://127.0.0.1:9")
+    monkeypatch.setenv("DISPATCH_TOKEN", "t")
+    monkeypatch.setenv("DISPATCH_DATA_DIR", str(tmp_path / "data"))
+    script = tmp_path / "bad.sbatch"
+    script.write_text(_script("#DISPATCH resubmit on=preempted budget=x", "exec true"))
+    assert main(["sbatch", "--bogus", str(script)]) == 2
+    assert "No such option '--bogus'" in capsys.readouterr().err
+    assert main(["sbatch", str(script), "--epochs", "3", "--watch"]) == 2
+    err = capsys.readouterr().err
+    assert f"{script}:2: `#DISPATCH resubmit on=preempted budget=x`" in err, err
