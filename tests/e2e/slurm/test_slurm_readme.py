@@ -3,8 +3,8 @@ on Slurm" and the whole of ``examples/slurm/README.md``, each in a shell of its 
 only the install command has run.
 
 **The shell** is bash (``set -eu``: the first failing command fails the test), in a directory
-laid out like the repository's root after ``scripts/install.sh``: ``examples``, ``scripts``
-and ``.venv`` (this test's environment: the install made it), with a fresh ``HOME`` (so a
+laid out like the repository's root after ``scripts/install.sh``: the checkout's files and
+``.venv`` (this test's environment: the install made it), with a fresh ``HOME`` (so a
 ``dispatch up`` of the user's is never found) and a ``PATH`` without the virtualenv (so a
 bare ``dispatch`` or ``python`` with torch would fail, as on a fresh machine).
 ``PYTHONPATH`` names this checkout's sources only because the shared virtualenv is an
@@ -96,8 +96,9 @@ def run_session(tmp_path: Path, blocks: list[str], timeout_s: float) -> str:
     """Run the blocks in a fresh root-like directory; return what the shell printed."""
     root = tmp_path / "checkout"
     root.mkdir()
-    for name in ("examples", "scripts"):
-        (root / name).symlink_to(REPO / name)
+    for entry in REPO.iterdir():  # the checkout's files, but its own .venv
+        if entry.name not in (".venv", ".git") and not entry.name.endswith("_cache"):
+            (root / entry.name).symlink_to(entry)
     (root / ".venv").symlink_to(Path(sys.prefix))
     home = tmp_path / "home"
     home.mkdir()
@@ -194,5 +195,6 @@ def test_the_slurm_walkthrough_s_commands_run_as_written(tmp_path: Path) -> None
     settled = re.findall(r"^job (digits\S*) settled: (\S+)$", output, re.M)
     assert [state for _, state in settled] == ["succeeded", "succeeded"], settled
     assert [job.startswith("digits-requeue-") for job, _ in settled] == [False, True]
-    for words in ("preempted", "node-lost", "time-limit"):
+    # `dispatch status "$job"`'s history: every cause, in Slurm's words
+    for words in ('preempted: "PREEMPTED', 'node-lost: "NODE_FAIL', 'time-limit: "TIMEOUT'):
         assert words in output, words
