@@ -34,6 +34,7 @@ from typing import Any, Final, NamedTuple, TypeVar
 import msgspec
 
 from dispatch_backends import ClusterConfig, InvalidOption, check_options
+from dispatch_backends.config import SlurmCluster
 from dispatch_core import Actor as CoreActor
 from dispatch_core import (
     ActorKind,
@@ -208,6 +209,7 @@ class Operations:
         declarations: Mapping[str, Declarations],
         metrics: ApiMetrics,
         cluster_configs: Mapping[str, ClusterConfig] | None = None,
+        unix_users: Mapping[str, str] | None = None,
         clock: Callable[[], datetime] = utcnow,
         attempts: int = 16,
         unknown_for_s: float = 10.0,
@@ -227,6 +229,9 @@ class Operations:
                 ``spec.options`` are checked by its backend
                 (:func:`dispatch_backends.check_options`); a cluster not in it has its
                 options unchecked.
+            unix_users: actor name -> the Unix user its jobs run as (the tokens file's
+                ``unix_user``): a submission's ``spec.owner``, checked against the
+                cluster's ``users``; such an actor may command only the jobs it owns.
             clock: the time of decisions and projections.
             attempts: how many times a command is decided before answering 503 when every
                 append loses a race.
@@ -247,6 +252,7 @@ class Operations:
         self._discoveries = discoveries
         self._declarations = dict(declarations)
         self._cluster_configs = dict(cluster_configs or {})
+        self._unix_users = dict(unix_users or {})
         self._metrics = metrics
         self._clock = clock
         self._attempts = attempts
@@ -544,6 +550,8 @@ class Operations:
             BadRequest: malformed body, unknown cluster, an option the cluster's backend
                 would refuse at launch (``field`` ``spec.options.<key>``), invalid policy
                 (code ``invalid-policy``); ``field`` names the place.
+            Forbidden: the body asks for an owner other than the actor's Unix user, or
+                the cluster may not run jobs as that user (``field`` ``spec.owner``).
             RefusedCommand: the job id is taken.
             Busy: every attempt lost a race.
         """
@@ -566,7 +574,9 @@ class Operations:
                 check_options(cluster, req.spec.options)
             except InvalidOption as err:
                 raise BadRequest(str(err), field=f"spec.options.{err.key}") from err
+        owner = self._owner(actor, req.spec.owner, cluster)
         raw: dict[str, Any] = msgspec.json.decode(body)
+        raw["spec"]["owner"] = owner
         command = strict_command(
             {
                 "command": "submit",
@@ -686,7 +696,8 @@ class Operations:
         Raises:
             NotFound: no such job (or command).
             BadRequest: malformed body; ``field`` names it.
-            Forbidden: a service actor abandoning.
+            Forbidden: a service actor abandoning; an actor with a Unix user commanding
+                another user's job.
             RefusedCommand: the core refused it (the message is its reason).
             Busy: every attempt lost a race to another writer.
         """
@@ -713,6 +724,7 @@ class Operations:
         folded = await self._load(job_id)
         if folded is None:
             raise NotFound(f"no job {job_id!r}")
+        self._check_owner(actor, job_id, name, folded.job.spec.owner)
         if base in folded.bases:
             return await self._replay(job_id, name, base)
         if isinstance(req, SupersedeRequest) and isinstance(command, Supersede):
@@ -743,6 +755,44 @@ class Operations:
             new_job_id=new_job_id,
             plan=plan,
         )
+
+    def _owner(self, actor: CoreActor, asked: str, cluster: ClusterConfig | None) -> str:
+        """The ``spec.owner`` of a submission by ``actor`` (issue 16): its Unix user.
+
+        Raises:
+            Forbidden: the body asks for another owner than the actor's Unix user, or the
+                cluster's backend may not act for that user (its ``users``).
+        """
+        mine = self._unix_users.get(actor.name, "")
+        if asked and asked != mine:
+            mapped = f"Unix user {mine!r}" if mine else "no Unix user"
+            raise Forbidden(
+                f"actor {actor.name!r} may not submit jobs as Unix user {asked!r} "
+                f"(the tokens file maps it to {mapped})",
+                field="spec.owner",
+            )
+        if mine and isinstance(cluster, SlurmCluster):
+            refused = cluster.refuse_owner(mine)
+            if refused is not None:
+                raise Forbidden(
+                    f"cluster {cluster.name!r}: {refused} (actor {actor.name!r})",
+                    field="spec.owner",
+                )
+        return mine
+
+    def _check_owner(self, actor: CoreActor, job_id: str, command: str, owner: str) -> None:
+        """An actor with a Unix user may command only its own jobs (and jobs without an
+        owner); one without may command any job.
+
+        Raises:
+            Forbidden: the job belongs to another Unix user.
+        """
+        mine = self._unix_users.get(actor.name)
+        if mine is not None and owner and owner != mine:
+            raise Forbidden(
+                f"actor {actor.name!r} (Unix user {mine!r}) may not {command} job {job_id!r}: "
+                f"it runs as Unix user {owner!r}"
+            )
 
     def _check_superseded_options(self, spec: JobSpec) -> None:
         """Refuse to supersede a job whose spec's options its backend now refuses (a job
