@@ -48,6 +48,7 @@ from dispatch_core import (
     JobSpec,
     MalformedRecord,
     OperatorCommand,
+    OptionRefused,
     Refused,
     State,
     Status,
@@ -656,8 +657,12 @@ class Operations:
                 current = self._note(loaded, current.bases if current else frozenset())
                 if base in current.bases or made_id:
                     return []  # answered by the record (see Returns)
+            job = loaded and loaded.job
+            refused = None
+            if job is not None and isinstance(command, Supersede):
+                refused = self._refused_option(job.spec)
             try:
-                made = decide(loaded and loaded.job, command, self._clock(), job_id=job_id)
+                made = decide(job, command, self._clock(), job_id=job_id, refused_option=refused)
             except Refused as err:
                 raise RefusedCommand(err.reason) from err
             except InvalidPolicy as err:  # a supersede re-makes the plan
@@ -730,7 +735,6 @@ class Operations:
         if isinstance(req, SupersedeRequest) and isinstance(command, Supersede):
             if folded.job.superseded_by is not None:
                 await self._complete_supersede(job_id)
-            self._check_superseded_options(folded.job.spec)
             new_id = await self._new_job_id(job_id, req, actor, key)
             command = msgspec.structs.replace(command, new_job_id=new_id)
         folded, done, made = await self._commit(name, job_id, base, command, folded)
@@ -794,24 +798,19 @@ class Operations:
                 f"it runs as Unix user {owner!r}"
             )
 
-    def _check_superseded_options(self, spec: JobSpec) -> None:
-        """Refuse to supersede a job whose spec's options its backend now refuses (a job
-        recorded before they were checked at submission): the new job, with the same spec,
-        could only fail at launch.
-
-        Raises:
-            RefusedCommand: naming the option and why.
-        """
+    def _refused_option(self, spec: JobSpec) -> OptionRefused | None:
+        """The first option of ``spec`` its backend now refuses (a job recorded before
+        options were checked at submission), for ``decide`` to refuse a supersede with: the
+        new job, with the same spec, could only fail at launch. None: all accepted, or the
+        cluster is not in the clusters file."""
         cluster = self._cluster_configs.get(spec.cluster)
         if cluster is None:
-            return
+            return None
         try:
             check_options(cluster, spec.options)
         except InvalidOption as err:
-            raise RefusedCommand(
-                f"the job's spec.options.{err.key} is invalid: {err.reason}; a superseding "
-                "job keeps the spec, so submit a new job with the option fixed"
-            ) from err
+            return OptionRefused(key=err.key, reason=err.reason)
+        return None
 
     async def _new_job_id(
         self, job_id: str, req: SupersedeRequest, actor: CoreActor, key: str | None

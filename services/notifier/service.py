@@ -66,10 +66,11 @@ from dispatch_core import (
     HoldKind,
     HoldPlaced,
     Job,
-    JobEvent,
     MalformedRecord,
     WriterKind,
     decode_event,
+    escalation_delivered,
+    is_redundant,
 )
 from dispatch_core.backoff import Backoff
 from dispatch_nats import (
@@ -635,9 +636,12 @@ class Notifier:
             NatsStoreError: every try lost a race (``TooManyConflicts``), or the append's
                 outcome stayed unknown.
         """
-        event = EscalationDelivered(job_id=job.job_id, at=self._clock(), id=esc_id, channel=channel)
+        fact = escalation_delivered(job.job_id, esc_id, self._clock(), channel=channel)
+        # The notifier's own msg id, not the fact's key (the supervisor's): a record store
+        # refuses a msg id another writer kind stored (`MsgIdReused`), where a lost race
+        # re-loads and finds the delivery redundant (`delivered_msg_id`).
         done = await self._records.append_fact(
-            job, delivered_msg_id(job.job_id, esc_id), event, redundant=_delivered
+            job, delivered_msg_id(job.job_id, esc_id), fact.event, redundant=is_redundant
         )
         if done.seq is None:
             self._metrics.recorded.labels("other").inc()
@@ -676,14 +680,6 @@ def _held_detail(job_id: str, hold: Hold) -> str:
         f"job {job_id} is {what}; it waits for a person (overdue at "
         f"{hold.deadline.isoformat()}). Answer: {answer}"
     )
-
-
-def _delivered(job: Job, event: JobEvent) -> bool:
-    """Whether the record already shows the escalation ``event`` delivers as delivered."""
-    if not isinstance(event, EscalationDelivered):
-        return False
-    esc = job.escalation(event.id)
-    return esc is not None and esc.delivered is not None
 
 
 async def run(

@@ -1,19 +1,23 @@
 """One supervisor pass of one job (docs/runtime.md, "One pass"): commit, carry out, append
-facts. Every rule of the pass is the core's (``dispatch_core.supervision``); this module reads
-and writes the record and calls the backend.
+facts. Every rule of the pass is the core's (``dispatch_core.supervision``); the record is
+read and written through ``dispatch_nats.RecordRepository`` (its conflict and unknown-outcome
+handling); this module carries out the steps and calls the backend.
 
 1. Read what is new in the record since the cached fold and fold it in (``prior=``); take
    the latest Discovery of the job's cluster.
 2. ``plan_pass(job, discovery, declarations, now, delivers=...)``.
 3. **Decisions** (``PassPlan.decisions``) are appended together, all or none, with
-   ``Nats-Expected-Last-Subject-Sequence`` = the seq the pass planned from; the cached job
-   becomes ``PassPlan.after``. A ``ConcurrencyConflict`` means another writer got there
-   first: re-read, re-fold, re-plan; a stale decision is never carried out.
+   ``Nats-Expected-Last-Subject-Sequence`` = the seq the pass planned from
+   (``RecordRepository.decide``). A ``ConcurrencyConflict`` means another writer got there
+   first: the repository re-reads, re-folds and the pass re-plans; a stale decision is never
+   carried out. An append whose ack was lost is resolved by the repository (found in the
+   record, or sent again with the same msg ids) for up to ``store_retry_s``.
 4. **Actions** are carried out after their intent is committed: ``Stop`` (or the emergency
    stop), ``OpenGate``, ``Launch`` (backend ``start``, tried again while the scheduler is
    unreachable for as long as the core's ``StartRetry`` says), ``AskCessation``, ``Deliver``.
 5. **Facts** (the core's ``launch_fact``, ``gate_opened``, ``cessation_observed``,
-   ``escalation_delivered``) are appended with the current last seq, and on a conflict
+   ``escalation_delivered``) are appended (``RecordRepository.append_fact``) with the current
+   last seq, and on a conflict
    re-read and appended again without re-deciding: a fact stays true whatever was appended
    meanwhile. A fact the record already holds (``is_redundant``) or holds in another form (a
    launch another replica found in the meantime) is dropped: the record's own ``fold``
@@ -42,15 +46,14 @@ core plans no ``Deliver`` step.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import signal
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Final, TypeVar, assert_never
+from typing import Final, assert_never
 
 import msgspec
 
@@ -67,7 +70,6 @@ from dispatch_core import (
     AnyStep,
     AskCessation,
     Commit,
-    Decision,
     DecodeError,
     Deliver,
     Discovery,
@@ -77,6 +79,7 @@ from dispatch_core import (
     Launch,
     MalformedRecord,
     OpenGate,
+    PassPlan,
     Started,
     StartOutcome,
     StartRefused,
@@ -91,7 +94,6 @@ from dispatch_core import (
     decode,
     encode,
     escalation_delivered,
-    fold,
     gate_opened,
     is_redundant,
     last_look,
@@ -99,18 +101,15 @@ from dispatch_core import (
     plan_pass,
     project,
 )
-from dispatch_core.backoff import Backoff
 from dispatch_core.escalations import escalation_kind
 from dispatch_nats import (
-    AppendOutcomeUnknown,
+    Change,
     ConcurrencyConflict,
-    JetStreamTemporaryError,
     LatestEntry,
-    StoreUnavailable,
-    StreamNotFound,
+    Loaded,
+    RecordRepository,
 )
 from dispatch_nats.contract import WAKE_AT_HEADER
-from services.common.records import record_items
 from services.supervisor.metrics import SupervisorMetrics
 from services.supervisor.ports import DeliverFn, LatestPort, RecordPort
 
@@ -119,22 +118,15 @@ __all__ = [
     "PassExecutor",
     "PassOutcome",
     "PoisonRecord",
-    "TooManyConflicts",
     "UnknownCluster",
     "step_kind",
 ]
 
 log = logging.getLogger("dispatch.supervisor")
 
-T = TypeVar("T")
-
-_MAX_REPLANS: Final = 20
-_MAX_FACT_TRIES: Final = 20
+_CONFLICT_TRIES: Final = 20
+"""Most lost races of one commit of decisions, or of one fact, before the pass gives up."""
 _MAX_STATUS_TRIES: Final = 5
-_WRITER: Final = WriterKind.SUPERVISOR
-"""The writer kind of everything a pass appends (its record store's)."""
-_STORE_BACKOFF: Final = Backoff(base_s=0.2, max_s=5.0, jitter=0.0)
-"""Pauses between tries of an append whose outcome is unknown or whose stream has no leader."""
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 """Stands in for ``Status.at`` when statuses are compared: a Status that differs only in
 when it was projected is not a change."""
@@ -176,14 +168,6 @@ class UnknownCluster(PassError):
             f"(clusters: {', '.join(known) or 'none'})"
         )
         self.job_id, self.cluster = job_id, cluster
-
-
-class TooManyConflicts(PassError):
-    """Other writers kept extending the record faster than this replica could plan."""
-
-    def __init__(self, job_id: str, tries: int) -> None:
-        super().__init__(f"job {job_id!r}: {tries} conflicting appends in a row; try later")
-        self.job_id = job_id
 
 
 class PassOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -262,7 +246,7 @@ class PassExecutor:
         """Prepare the executor.
 
         Args:
-            records: the record store.
+            records: the record store (appending as the supervisor).
             discoveries: the discovery stream.
             statuses: the status stream.
             backends: the backend of each cluster, by name.
@@ -278,7 +262,14 @@ class PassExecutor:
             crash_after_intent: TEST HOOK: SIGKILL this process right after a launch
                 intent is committed, before the backend is called.
         """
-        self._records = records
+        self._repo = RecordRepository(
+            records,
+            writer=WriterKind.SUPERVISOR,
+            clock=clock,
+            conflict_tries=_CONFLICT_TRIES,
+            unknown_for_s=store_retry_s,
+            on_conflict=lambda what: self._metrics.conflicts.labels(what).inc(),
+        )
         self._discoveries = discoveries
         self._statuses = statuses
         self._backends = dict(backends)
@@ -288,7 +279,6 @@ class PassExecutor:
         self._clock = clock
         self._writer = writer or uuid.uuid4().hex[:12]
         self._start_retry = StartRetry(retry_s=launch_retry_s)
-        self._store_retry_s = store_retry_s
         self._crash_after_intent = crash_after_intent
         self._jobs: dict[str, Job] = {}
         self._published: dict[str, _Published] = {}
@@ -338,38 +328,43 @@ class PassExecutor:
         Raises:
             PoisonRecord: the record can't be decoded or folded.
             UnknownCluster: the job's cluster has no backend here.
-            TooManyConflicts: every re-plan lost a race.
+            dispatch_nats.TooManyConflicts: every re-plan (or a fact's append) lost a race.
             dispatch_nats.NatsStoreError: the store failed (retry later).
         """
         started = time.monotonic()
-        appended = 0
-        for _ in range(_MAX_REPLANS):
-            job = await self._refresh(job_id)
-            if job is None:
-                return PassOutcome(job_id=job_id, found=False)
+        loaded = await self._load(job_id, self._jobs.get(job_id))
+        if loaded is None:
+            return PassOutcome(job_id=job_id, found=False)
+        planned: list[tuple[PassPlan, Backend, Discovery | None]] = []
+
+        async def decide(current: Loaded | None) -> list[Change]:
+            assert current is not None  # the job has a record: a re-load keeps it
+            job = self._jobs[job_id] = current.job
             backend = self._backend(job)
             discovery = await self._discovery(job)
-            now = self._clock()
+            declarations = backend.declarations()
             plan = plan_pass(
-                job, discovery, backend.declarations(), now, delivers=self._deliver is not None
+                job, discovery, declarations, self._clock(), delivers=self._deliver is not None
             )
-            if plan.decisions:
-                try:
-                    await self._commit(job, plan.decisions, plan.after)
-                except ConcurrencyConflict:
-                    self._metrics.conflicts.labels("decision").inc()
-                    log.info("supervisor.replan", extra={"job_id": job_id, "planned_seq": job.seq})
-                    continue
-                appended += len(plan.decisions)
-                if self._crash_after_intent and any(
-                    isinstance(s, Launch) and not s.resume for s in plan.steps
-                ):
-                    log.warning("supervisor.crash_after_intent", extra={"job_id": job_id})
-                    logging.shutdown()
-                    os.kill(os.getpid(), signal.SIGKILL)
-            break
-        else:
-            raise TooManyConflicts(job_id, _MAX_REPLANS)
+            planned.append((plan, backend, discovery))
+            return [Change(f"{d.key}~{self._writer}", d.event) for d in plan.decisions]
+
+        try:
+            done = await self._repo.decide(job_id, decide, loaded=loaded)
+        except MalformedRecord as err:  # a re-load after a lost race found it unreadable
+            raise PoisonRecord(job_id, err) from err
+        plan, backend, discovery = planned[-1]
+        assert done.job is not None
+        self._jobs[job_id] = done.job
+        appended = len(done.events)
+        if (
+            done.events
+            and self._crash_after_intent
+            and any(isinstance(s, Launch) and not s.resume for s in plan.steps)
+        ):
+            log.warning("supervisor.crash_after_intent", extra={"job_id": job_id})
+            logging.shutdown()
+            os.kill(os.getpid(), signal.SIGKILL)
         offered: set[str] = set()
         retry = False
         for step in plan.steps:
@@ -400,9 +395,10 @@ class PassExecutor:
         if plan.last_look:
             # Seed 002: the settling pass's last look delivers, once, what the record
             # holds undelivered and this pass did not offer.
-            looked = await self._refresh(job_id)
-            assert looked is not None
-            for escalation in last_look(looked, offered):
+            looked = await self._load(job_id, self._jobs[job_id])
+            assert looked is not None  # a prior was given
+            self._jobs[job_id] = looked.job
+            for escalation in last_look(looked.job, offered):
                 appended += await self._deliver_one(job_id, escalation.id)
         job = self._jobs[job_id]
         now = self._clock()
@@ -424,22 +420,16 @@ class PassExecutor:
 
     # -- reading ----------------------------------------------------------------------------
 
-    async def _refresh(self, job_id: str) -> Job | None:
-        """Fold what is new in the job's record into the cache; return the job.
+    async def _load(self, job_id: str, prior: Job | None) -> Loaded | None:
+        """Read what is new in the job's record after ``prior`` and fold it in.
 
         Raises:
             PoisonRecord: an event can't be read (naming the job and seq).
         """
-        prior = self._jobs.get(job_id)
         try:
-            entries = await self._records.read(job_id, 0 if prior is None else prior.seq)
-            if not entries:
-                return prior
-            job = fold(record_items(job_id, entries), self._clock(), prior=prior)
+            return await self._repo.load(job_id, prior)
         except MalformedRecord as err:  # undecodable, refused writer, out of order...
             raise PoisonRecord(job_id, err) from err
-        self._jobs[job_id] = job
-        return job
 
     def _backend(self, job: Job) -> Backend:
         backend = self._backends.get(job.spec.cluster)
@@ -462,95 +452,23 @@ class PassExecutor:
 
     # -- writing ----------------------------------------------------------------------------
 
-    async def _commit(self, job: Job, decisions: Sequence[Decision], after: Job) -> None:
-        """Append the pass's decisions, all or none, over ``job``, the version it planned
-        from; ``after`` (the core's) is the job once they are in.
-
-        Raises:
-            ConcurrencyConflict: another writer extended the record first.
-        """
-        payloads = [encode(d.event) for d in decisions]
-        msg_ids = [f"{d.key}~{self._writer}" for d in decisions]
-        seqs = await self._until_known(
-            job.job_id,
-            lambda: self._records.append_many(
-                job.job_id, payloads, expected_last_seq=job.seq, msg_ids=msg_ids
-            ),
-        )
-        # A Job holds no seq but its last one: the core's job after, with the stored last seq.
-        self._jobs[job.job_id] = msgspec.structs.replace(after, seq=seqs[-1])
-
     async def _fact(self, job_id: str, fact: Fact) -> int:
-        """Append a fact over whatever the record holds now; return 1 if appended, 0 if the
-        record already held it (or something that makes it moot)."""
-        key, event = fact.key, fact.event
-        for _ in range(_MAX_FACT_TRIES):
-            job = self._jobs[job_id]
-            if is_redundant(job, event):
-                return 0
-            try:
-                folded = fold(((job.seq + 1, event, _WRITER),), event.at, prior=job)
-            except MalformedRecord as err:
-                log.info(
-                    "supervisor.fact_moot",
-                    extra={"job_id": job_id, "fact": type(event).__name__, "why": str(err)},
-                )
-                return 0
-            payload = encode(event)
-            try:
-                append = functools.partial(
-                    self._records.append, job_id, payload, expected_last_seq=job.seq, msg_id=key
-                )
-                seq = await self._until_known(job_id, append)
-            except ConcurrencyConflict:
-                self._metrics.conflicts.labels("fact").inc()
-                await self._refresh(job_id)
-                continue
-            current = self._jobs[job_id]
-            if seq > current.seq:
-                if current is job:
-                    self._jobs[job_id] = msgspec.structs.replace(folded, seq=seq)
-                else:
-                    self._jobs[job_id] = fold(((seq, event, _WRITER),), event.at, prior=current)
-                return 1
-            await self._refresh(job_id)  # stored before (same msg id): it is in the record
-            return 0
-        raise TooManyConflicts(job_id, _MAX_FACT_TRIES)
-
-    async def _until_known(self, job_id: str, append: Callable[[], Awaitable[T]]) -> T:
-        """Run ``append`` again while its outcome is unknown (JetStream silent, or the
-        connection down), for up to ``store_retry_s``: with the same msg ids it is stored at
-        most once, and the store finds an earlier try that was. A decision must not be left
-        unknown when a retry can tell (an intent stored but believed lost is a launch never
-        made, escalated only after the unresolved age), nor a fact lost once its action was
-        carried out.
+        """Append a fact over whatever the record holds now (the repository re-loads after a
+        lost race, and resolves an unknown outcome); return 1 if appended, 0 if the record
+        already held it (``is_redundant``) or something that makes it moot.
 
         Raises:
-            AppendOutcomeUnknown, StoreUnavailable, StreamNotFound, JetStreamTemporaryError:
-                still failing after ``store_retry_s``.
-            ConcurrencyConflict: another writer extended the record first.
+            PoisonRecord: a re-load found the record unreadable.
+            dispatch_nats.TooManyConflicts: every try lost a race.
         """
-        deadline = time.monotonic() + self._store_retry_s
-        delays = _STORE_BACKOFF.delays()
-        while True:
-            try:
-                return await append()
-            except (
-                AppendOutcomeUnknown,
-                StoreUnavailable,
-                StreamNotFound,
-                JetStreamTemporaryError,
-            ) as err:
-                # No answer, no stream leader (an election lasts seconds), or JetStream
-                # "temporarily unavailable": the same append, sent again, is stored once.
-                delay = next(delays)
-                if time.monotonic() + delay > deadline:
-                    raise
-                log.warning(
-                    "supervisor.append_unknown",
-                    extra={"job_id": job_id, "error": str(err), "retry_in_s": delay},
-                )
-                await asyncio.sleep(delay)
+        try:
+            done = await self._repo.append_fact(
+                self._jobs[job_id], fact.key, fact.event, redundant=is_redundant
+            )
+        except MalformedRecord as err:
+            raise PoisonRecord(job_id, err) from err
+        self._jobs[job_id] = done.job
+        return 0 if done.seq is None else 1
 
     # -- actions ----------------------------------------------------------------------------
 
