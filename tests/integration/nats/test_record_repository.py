@@ -46,6 +46,7 @@ from dispatch_core import (
     fold,
 )
 from dispatch_core.backoff import Backoff
+from dispatch_core.events import SubmissionWhy
 from dispatch_nats import (
     AppendOutcomeUnknown,
     Change,
@@ -90,7 +91,10 @@ def _created(job_id: str) -> JobCreated:
 def _launch(job_id: str, n: int = 1) -> list[Change]:
     """The supervisor's decisions to open submission ``n`` and launch its attempt 1."""
     return [
-        Change(f"{job_id}:s{n}", SubmissionOpened(job_id=job_id, at=T0, submission=n, why="x")),
+        Change(
+            f"{job_id}:s{n}",
+            SubmissionOpened(job_id=job_id, at=T0, submission=n, why=SubmissionWhy.INITIAL),
+        ),
         Change(f"{job_id}:l{n}", LaunchIntended(job_id=job_id, at=T0, submission=n, attempt=1)),
     ]
 
