@@ -44,7 +44,7 @@ from dispatch_nats.errors import (
     StreamNotFound,
 )
 from dispatch_nats.latest import LatestEntry, LatestFeed, LatestStore
-from dispatch_nats.record import RecordChange, RecordEntry, RecordFeed, RecordStore
+from dispatch_nats.record import Appended, RecordChange, RecordEntry, RecordFeed, RecordStore
 from dispatch_nats.repository import (
     Change,
     Committed,
@@ -63,6 +63,7 @@ __all__ = [
     "CONTRACT_VERSION",
     "DEFAULT_LAYOUT",
     "AppendOutcomeUnknown",
+    "Appended",
     "Change",
     "Committed",
     "ConcurrencyConflict",

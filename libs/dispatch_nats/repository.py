@@ -44,7 +44,6 @@ suite on both.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -76,7 +75,7 @@ from dispatch_nats.errors import (
     StoreUnavailable,
     StreamNotFound,
 )
-from dispatch_nats.record import RecordEntry
+from dispatch_nats.record import Appended, RecordEntry
 
 __all__ = [
     "UNKNOWN_BACKOFF",
@@ -122,6 +121,13 @@ class RecordPort(Protocol):
             ConcurrencyConflict: another event was appended first.
             AppendOutcomeUnknown: no answer; it may be stored.
         """
+        ...
+
+    async def append_outcome(
+        self, job_id: str, payload: bytes, *, expected_last_seq: int, msg_id: str
+    ) -> Appended:
+        """`append`, also saying whether this request stored the event just now (else an
+        earlier copy with the msg id was found: other events may lie before it)."""
         ...
 
     async def append_many(
@@ -459,26 +465,33 @@ class RecordRepository:
                 )
                 return FactAppended(current, None)
             expected = current.seq
-            append = functools.partial(self._append_one, job_id, payload, expected, msg_id)
+            fresh = False
+
+            async def append(expected: int = expected) -> list[int]:
+                nonlocal fresh
+                outcome = await self._store.append_outcome(
+                    job_id, payload, expected_last_seq=expected, msg_id=msg_id
+                )
+                fresh = outcome.fresh
+                return [outcome.seq]
+
             try:
                 [seq] = await self._until_known(job_id, expected, [msg_id], append)
             except ConcurrencyConflict as err:
                 self._conflict("fact", job_id, err)
                 current = await self._reload(job_id, current)
                 continue
-            if seq > expected:
+            if seq <= expected:
+                # JetStream deduplicated it against an earlier try stored before `job`: the
+                # record, and so `current`, already holds it.
+                return FactAppended(current, None)
+            if fresh:
                 return FactAppended(msgspec.structs.replace(folded, seq=seq), seq)
-            # JetStream deduplicated it against an earlier try stored before `job`: the
-            # record, and so `current`, already holds it.
-            return FactAppended(current, None)
+            # Found, not stored now: an earlier try whose ack was lost, or the same fact
+            # another replica stored (facts share msg ids across replicas). Other events may
+            # lie between `expected` and it, so the job is read again rather than assumed.
+            return FactAppended(await self._reload(job_id, current), seq)
         raise TooManyConflicts(job_id, self._conflict_tries, f"fact {msg_id!r}")
-
-    async def _append_one(
-        self, job_id: str, payload: bytes, expected: int, msg_id: str
-    ) -> list[int]:
-        return [
-            await self._store.append(job_id, payload, expected_last_seq=expected, msg_id=msg_id)
-        ]
 
     async def _reload(self, job_id: str, job: Job) -> Job:
         loaded = await self.load(job_id, job)

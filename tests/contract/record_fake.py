@@ -22,7 +22,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
 from dispatch_core import WriterKind
-from dispatch_nats import AppendOutcomeUnknown, ConcurrencyConflict, RecordEntry, RecordPort
+from dispatch_nats import (
+    Appended,
+    AppendOutcomeUnknown,
+    ConcurrencyConflict,
+    RecordEntry,
+    RecordPort,
+)
 
 __all__ = ["FakeRecordStore", "FakeRecordStream", "FaultyStore"]
 
@@ -78,6 +84,25 @@ class FakeRecordStore:
         )
         return seq
 
+    async def append_outcome(
+        self, job_id: str, payload: bytes, *, expected_last_seq: int, msg_id: str
+    ) -> Appended:
+        stored = self._mine(job_id).get(msg_id)
+        if stored is not None:
+            await asyncio.sleep(0)
+            return Appended(stored, fresh=False)  # deduplicated, as JetStream does
+        return Appended(
+            await self.append(job_id, payload, expected_last_seq=expected_last_seq, msg_id=msg_id),
+            fresh=True,
+        )
+
+    def _mine(self, job_id: str) -> dict[str, int]:
+        return {
+            e.msg_id: e.seq
+            for e in self._stream.entries.get(job_id, [])
+            if e.writer == self.writer and e.msg_id is not None
+        }
+
     async def append_many(
         self,
         job_id: str,
@@ -87,11 +112,7 @@ class FakeRecordStore:
         msg_ids: Sequence[str],
     ) -> list[int]:
         await asyncio.sleep(0)
-        mine = {
-            e.msg_id: e.seq
-            for e in self._stream.entries.get(job_id, [])
-            if e.writer == self.writer and e.msg_id is not None
-        }
+        mine = self._mine(job_id)
         if all(m in mine for m in msg_ids):
             return [mine[m] for m in msg_ids]  # a retry of a stored append
         last = self._stream.last(job_id)
@@ -136,6 +157,22 @@ class FaultyStore:
             lambda: self._one(job_id, payload, expected_last_seq, msg_id),
         )
         return seq
+
+    async def append_outcome(
+        self, job_id: str, payload: bytes, *, expected_last_seq: int, msg_id: str
+    ) -> Appended:
+        outcomes: list[Appended] = []
+
+        async def one() -> list[int]:
+            outcomes.append(
+                await self._store.append_outcome(
+                    job_id, payload, expected_last_seq=expected_last_seq, msg_id=msg_id
+                )
+            )
+            return [outcomes[-1].seq]
+
+        await self._faulty(job_id, expected_last_seq, [msg_id], one)
+        return outcomes[-1]
 
     async def _one(self, job_id: str, payload: bytes, expected: int, msg_id: str) -> list[int]:
         return [

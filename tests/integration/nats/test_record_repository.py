@@ -477,6 +477,37 @@ async def test_a_fact_with_a_lost_ack_is_stored_once(harness: Harness) -> None:
     assert len(await harness.stored("job-1")) == 3
 
 
+async def test_a_fact_another_replica_stored_after_other_events_is_read_not_assumed(
+    harness: Harness,
+) -> None:
+    """Two supervisor replicas append the same fact under the same msg id. JetStream answers
+    the later one with the earlier copy's seq whatever its expected seq; events stored
+    between the later replica's view and that copy must not be skipped in its job."""
+    await _submitted(harness, "job-1")
+    sup = harness.repo(SUP)
+    launched = await sup.commit("job-1", await sup.load("job-1"), _launch("job-1"))
+    assert launched.job is not None
+    behind = launched.job  # replica A's view
+    fact = LaunchRecorded(
+        job_id="job-1", at=T0, submission=1, attempt=1, ref=ObjectRef(cluster="c", id="o1")
+    )
+    cancel = CancelRequested(job_id="job-1", at=T0, by=ALICE, reason="r")
+    api = harness.repo(API)
+    await api.commit("job-1", await api.load("job-1"), [Change("job-1:cancel", cancel)])
+    other = await harness.repo(SUP).append_fact(
+        (await sup.load("job-1")).job, "job-1:l1:recorded", fact
+    )  # replica B: the cancel, then the fact
+    assert other.seq is not None
+
+    done = await harness.repo(SUP).append_fact(behind, "job-1:l1:recorded", fact)
+
+    assert [m for m, _ in await harness.stored("job-1")].count("job-1:l1:recorded") == 1
+    assert done.job.cancel_requested_at is not None  # the event in between is not skipped
+    full = await sup.load("job-1")
+    assert full is not None
+    assert done.job == full.job
+
+
 async def test_a_moot_fact_is_dropped(harness: Harness) -> None:
     job = await _submitted(harness, "job-1")
     # A launch recorded for a launch never intended: the record's own fold refuses it.
