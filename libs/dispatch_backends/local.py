@@ -157,7 +157,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final, NoReturn, TypeVar
+from typing import Final, NamedTuple, NoReturn, TypeVar
 
 import msgspec
 
@@ -216,6 +216,9 @@ _FOREIGN_COMMAND: Final = ("sleep", "3600")
 _ZYGOTE_RETRY_S: Final = 5.0
 """Seconds between attempts of one process to start a data directory's zygote."""
 _ZYGOTE_START_S: Final = 10.0
+_SETTLED_QUIET_S: Final = 1.0
+"""Seconds an ended object's ``control/`` must have been unchanged before discovery shows it
+from memory (more than any file system's timestamp granularity)."""
 
 T = TypeVar("T")
 
@@ -388,6 +391,17 @@ class _Files:
     status: _Status | None = None
 
 
+class _Settled(NamedTuple):
+    """An ended object as discovery last read it, shown again without reading it while its
+    ``control/`` directory's mtime (nanoseconds) is unchanged. ``since_ts`` (POSIX seconds)
+    is what ``retain_ended_s`` counts from: the later of its end and its last marker."""
+
+    job_id: str
+    observed: ObservedObject
+    control_mtime_ns: int
+    since_ts: float
+
+
 # -- the data directory ---------------------------------------------------------------------
 
 
@@ -412,6 +426,7 @@ class _Store:
         self._counter = data_dir / "next-id"
         self._faults = data_dir / "faults.json"
         self._files: dict[str, _Files] = {}
+        self._settled: dict[str, _Settled] = {}
 
     def ensure(self) -> None:
         self.objects.mkdir(parents=True, exist_ok=True)
@@ -838,25 +853,57 @@ class _Store:
     def scan(
         self, cluster: str, now: datetime, retain_ended_s: float | None
     ) -> dict[str, tuple[ObservedObject, ...]]:
-        """Observe every object in one directory scan; archive those ended long ago."""
+        """Observe every object in one directory scan; archive those ended long ago.
+
+        Only live objects are read: an ended object is read once and then shown from memory
+        (:class:`_Settled`) for as long as its ``control/`` directory is unchanged (one
+        ``stat`` a poll; a marker made or removed since, e.g. ``recover-node`` by another
+        process, makes it read again). An idle poll over thousands of ended objects then
+        costs a directory listing and a stat each (bench/local_idle.py).
+        """
         found: dict[str, list[ObservedObject]] = {}
         with os.scandir(self.objects) as entries:
             ids = [e.name for e in entries if _OBJECT_ID.match(e.name)]
+        settled = self._settled
+        objects_dir = str(self.objects)
+        now_ts = now.timestamp()
         for object_id in sorted(ids, key=int):
+            control = f"{objects_dir}/{object_id}/{_r.CONTROL_DIR}"
+            known = settled.get(object_id)
+            if known is not None:
+                try:
+                    control_mtime_ns = os.stat(control).st_mtime_ns
+                except FileNotFoundError:  # archived or removed by another process just now
+                    settled.pop(object_id, None)
+                    self._files.pop(object_id, None)
+                    continue
+                if control_mtime_ns == known.control_mtime_ns:
+                    if retain_ended_s is not None and now_ts - known.since_ts > retain_ended_s:
+                        self._archive(object_id, self.objects / object_id)
+                        continue
+                    found.setdefault(known.job_id, []).append(known.observed)
+                    continue
+                del settled[object_id]
             path = self.objects / object_id
+            # Taken before the object is read, so a marker made while it is read changes
+            # the mtime from this one.
+            try:
+                before: os.stat_result | None = os.stat(control)
+            except FileNotFoundError:
+                before = None
             seen = self.observe(cluster, object_id, path, now)
             if seen is None:
                 continue
             job_id, observed, ended_at = seen
-            if (
-                retain_ended_s is not None
-                and observed.phase is ObjectPhase.ENDED
-                and ended_at is not None
-                and (now - max(ended_at, _mtime(path / _r.CONTROL_DIR))).total_seconds()
-                > retain_ended_s
-            ):
-                self._archive(object_id, path)
-                continue
+            if observed.phase is ObjectPhase.ENDED and ended_at is not None:
+                since_ts = max(ended_at.timestamp(), before.st_mtime if before else 0.0)
+                if retain_ended_s is not None and now_ts - since_ts > retain_ended_s:
+                    self._archive(object_id, path)
+                    continue
+                # A marker made within the file system's timestamp granularity of the stat
+                # would not change the mtime: cache only a directory quiet for a while.
+                if before is not None and time.time() - before.st_mtime > _SETTLED_QUIET_S:
+                    settled[object_id] = _Settled(job_id, observed, before.st_mtime_ns, since_ts)
             found.setdefault(job_id, []).append(observed)
         return {job: tuple(objs) for job, objs in found.items()}
 
@@ -890,6 +937,7 @@ class _Store:
             path.rename(self.archive / object_id)
             log.info("local.object.archived", extra={"object_id": object_id})
         self._files.pop(object_id, None)
+        self._settled.pop(object_id, None)
 
     def cessation(self, object_id: str, path: Path) -> CessationAnswer:
         files = self.files(object_id, path)
@@ -979,13 +1027,6 @@ def _die_now() -> NoReturn:
     logging.shutdown()
     os.kill(os.getpid(), signal.SIGKILL)
     raise AssertionError("unreachable: SIGKILL was sent to this process")
-
-
-def _mtime(path: Path) -> datetime:
-    try:
-        return datetime.fromtimestamp(path.stat().st_mtime, UTC)
-    except FileNotFoundError:
-        return datetime.min.replace(tzinfo=UTC)
 
 
 def _scheduler(kind: CauseKind, detail: str, at: datetime | None = None) -> Cause:
