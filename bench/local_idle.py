@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import os
 import subprocess
@@ -37,15 +38,31 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from types import ModuleType
 
 TARGET_CPU_S_PER_MIN = 3.0
 
 
+def _local_internals() -> ModuleType:
+    """The module holding the local backend's file formats and store: one namespace of
+    ``dispatch_backends.local.files`` and ``.store``, or the flat ``dispatch_backends.local``
+    of a checkout from before the package split (for ``--baseline-libs``)."""
+    try:
+        files = importlib.import_module("dispatch_backends.local.files")
+        store = importlib.import_module("dispatch_backends.local.store")
+    except ModuleNotFoundError:
+        return importlib.import_module("dispatch_backends.local")
+    merged = ModuleType("local_internals")
+    merged.__dict__.update(vars(files))
+    merged.__dict__["_Store"] = store._Store
+    return merged
+
+
 def make_ended_objects(data_dir: Path, jobs: int) -> None:
     """Write ``jobs`` ended objects (one per job) in the backend's own formats."""
-    from dispatch_backends import local as loc
     from dispatch_backends import local_runner as r
 
+    loc = _local_internals()
     store = loc._Store(data_dir)
     store.ensure()
     now = datetime.now(UTC)
