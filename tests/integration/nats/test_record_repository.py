@@ -494,9 +494,10 @@ async def test_a_fact_another_replica_stored_after_other_events_is_read_not_assu
     cancel = CancelRequested(job_id="job-1", at=T0, by=ALICE, reason="r")
     api = harness.repo(API)
     await api.commit("job-1", await api.load("job-1"), [Change("job-1:cancel", cancel)])
-    other = await harness.repo(SUP).append_fact(
-        (await sup.load("job-1")).job, "job-1:l1:recorded", fact
-    )  # replica B: the cancel, then the fact
+    seen = await sup.load("job-1")
+    assert seen is not None
+    other = await harness.repo(SUP).append_fact(seen.job, "job-1:l1:recorded", fact)
+    # replica B saw the cancel, then stored the fact
     assert other.seq is not None
 
     done = await harness.repo(SUP).append_fact(behind, "job-1:l1:recorded", fact)
