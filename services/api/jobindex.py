@@ -51,7 +51,7 @@ from dispatch_nats import (
 from services.api.errors import BadRequest, UnreadableRecord
 from services.api.schemas import JobList, JobSummary, UnreadableJob
 
-__all__ = ["MAX_OFFSET", "JobFacts", "JobIndex", "ListingQuery", "parse_listing"]
+__all__ = ["LISTING_PARAMS", "MAX_OFFSET", "JobFacts", "JobIndex", "ListingQuery", "parse_listing"]
 
 log = logging.getLogger("services.api.jobindex")
 
@@ -430,6 +430,8 @@ class ListingQuery(msgspec.Struct, frozen=True, kw_only=True):
     limit: int | None = None
 
 
+LISTING_PARAMS: Final = ("state", "cluster", "after", "offset", "limit")
+"""The query parameters :func:`parse_listing` reads (the OpenAPI document names each)."""
 MAX_OFFSET: Final = 10**9
 """The largest ``offset`` (and ``limit``) a listing takes."""
 
