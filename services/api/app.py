@@ -177,7 +177,7 @@ async def _list_jobs(request: web.Request) -> web.Response:
     request.app[_AUTH].authenticate(request.headers.get("Authorization"))
     q = parse_listing(request.query)
     listing = await request.app[_OPS].list_jobs(
-        q.states, cluster=q.cluster, after=q.after, offset=q.offset, limit=q.limit
+        q.states, clusters=q.clusters, after=q.after, offset=q.offset, limit=q.limit
     )
     return _json(listing)
 

@@ -337,9 +337,9 @@ class JobIndex:
         return facts.cluster if facts is not None else self._clusters.get(job_id)
 
     async def rows(
-        self, states: Collection[State] | None = None, cluster: str | None = None
+        self, states: Collection[State] | None = None, clusters: Collection[str] | None = None
     ) -> tuple[list[JobSummary], tuple[UnreadableJob, ...]]:
-        """The jobs in ``states`` (None: all) on ``cluster`` (None: all), by id, without
+        """The jobs in ``states`` (None: all) on ``clusters`` (None: all), by id, without
         their facts (:meth:`with_facts`); and every job whose record can't be read.
 
         Raises:
@@ -349,10 +349,10 @@ class JobIndex:
         rows = [self._jobs[j] for j in self._sorted()]
         if states:
             rows = [r for r in rows if r.state in states]
-        if cluster is not None:
+        if clusters:
             unknown = [r.job_id for r in rows if self.cluster_known(r.job_id) is None]
             await self._bounded(unknown, self._fold)
-            rows = [r for r in rows if self.cluster_known(r.job_id) == cluster]
+            rows = [r for r in rows if self.cluster_known(r.job_id) in clusters]
         rows = [
             msgspec.structs.replace(r, unreadable=True) if r.job_id in self._stale else r
             for r in rows
@@ -391,18 +391,18 @@ class JobIndex:
         self,
         *,
         states: Collection[State] | None = None,
-        cluster: str | None = None,
+        clusters: Collection[str] | None = None,
         after: str | None = None,
         offset: int = 0,
         limit: int | None = None,
     ) -> JobList:
         """One page of the listing (:class:`JobList`): the jobs matching ``states`` and
-        ``cluster`` with an id greater than ``after``, from ``offset``, at most ``limit``.
+        ``clusters`` with an id greater than ``after``, from ``offset``, at most ``limit``.
 
         Raises:
             NatsStoreError: the stores didn't answer.
         """
-        rows, unreadable = await self.rows(states, cluster)
+        rows, unreadable = await self.rows(states, clusters)
         if after is not None:
             rows = rows[bisect.bisect_right([r.job_id for r in rows], after) :]
         end = len(rows) if limit is None else offset + limit
@@ -424,7 +424,7 @@ class ListingQuery(msgspec.Struct, frozen=True, kw_only=True):
     """The jobs listing's query (``GET /v1/jobs``, and the web page's ``/ui/api/jobs``)."""
 
     states: frozenset[State] | None = None
-    cluster: str | None = None
+    clusters: frozenset[str] | None = None
     after: str | None = None
     offset: int = 0
     limit: int | None = None
@@ -452,7 +452,7 @@ def _int(query: MultiMapping[str], name: str, low: int, high: int) -> int | None
 def parse_listing(
     query: MultiMapping[str], *, default_limit: int | None = None, max_limit: int = MAX_OFFSET
 ) -> ListingQuery:
-    """Read ``state`` (repeatable, or comma-separated), ``cluster``, ``after`` (a job id),
+    """Read ``state`` and ``cluster`` (each repeatable, or comma-separated), ``after`` (a job id),
     ``offset`` and ``limit`` (1..``max_limit``; ``default_limit`` when absent, None: all).
 
     Raises:
@@ -474,7 +474,10 @@ def parse_listing(
     limit = _int(query, "limit", 1, max_limit)
     return ListingQuery(
         states=frozenset(states) or None,
-        cluster=query.get("cluster") or None,
+        clusters=frozenset(
+            c for v in query.getall("cluster", []) for c in (x.strip() for x in v.split(",")) if c
+        )
+        or None,
         after=after,
         offset=_int(query, "offset", 0, MAX_OFFSET) or 0,
         limit=default_limit if limit is None else limit,

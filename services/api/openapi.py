@@ -191,8 +191,11 @@ def _paths() -> dict[str, Any]:
                         "name": "cluster",
                         "in": "query",
                         "required": False,
-                        "description": "Only jobs on this cluster (their `spec.cluster`).",
-                        "schema": {"type": "string"},
+                        "description": "Only jobs on these clusters (their `spec.cluster`; "
+                        "repeat, or comma-separate).",
+                        "schema": {"type": "array", "items": {"type": "string"}},
+                        "style": "form",
+                        "explode": True,
                     },
                     {
                         "name": "after",

@@ -423,7 +423,7 @@ class Operations:
         self,
         states: frozenset[State] | None = None,
         *,
-        cluster: str | None = None,
+        clusters: frozenset[str] | None = None,
         after: str | None = None,
         offset: int = 0,
         limit: int | None = None,
@@ -438,7 +438,7 @@ class Operations:
 
         Args:
             states: only jobs in one of these states (None: all).
-            cluster: only jobs on this cluster (None: all).
+            clusters: only jobs on one of these clusters (None: all).
             after: only jobs with a greater id (a keyset page).
             offset: skip this many of the matching jobs.
             limit: at most this many jobs (None: all).
@@ -447,7 +447,7 @@ class Operations:
             NatsStoreError: the stores didn't answer (503 or 500).
         """
         return await self._index.page(
-            states=states, cluster=cluster, after=after, offset=offset, limit=limit
+            states=states, clusters=clusters, after=after, offset=offset, limit=limit
         )
 
     async def aclose(self) -> None:

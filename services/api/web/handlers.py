@@ -209,7 +209,7 @@ async def _jobs(request: web.Request) -> web.Response:
         raise BadRequest(f"needs must be 'person', got {needs!r}", field="needs")
     opens: dict[str, list[dict[str, Any]]] = {}
     if needs == "person":
-        rows, unreadable = await ops.index.rows(q.states, q.cluster)
+        rows, unreadable = await ops.index.rows(q.states, q.clusters)
         candidates = [
             r for r in rows if r.hold is not None or not r.settled or r.state == State.FAILED
         ]
@@ -220,7 +220,7 @@ async def _jobs(request: web.Request) -> web.Response:
         total = len(rows)
         page = await ops.index.with_facts(rows[offset : offset + limit])
     else:
-        listing = await ops.list_jobs(q.states, cluster=q.cluster, offset=offset, limit=limit)
+        listing = await ops.list_jobs(q.states, clusters=q.clusters, offset=offset, limit=limit)
         page, total, unreadable = list(listing.jobs), listing.total, listing.unreadable
     now = datetime.now(UTC)
 

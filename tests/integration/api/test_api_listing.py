@@ -65,6 +65,7 @@ async def test_filters_pages_and_the_total(api: Api) -> None:
 
     other = await _jobs(api, "?cluster=other")
     assert _ids(other) == [ids[0], ids[3]]
+    assert _ids(await _jobs(api, "?cluster=other,mars&cluster=local")) == ids
     both = await _jobs(api, "?cluster=local&state=running,pending&limit=2&offset=1")
     assert (_ids(both), both["total"]) == ([ids[2], ids[4]], 4)
     assert await _jobs(api, "?cluster=mars") == {
