@@ -4,6 +4,8 @@ row, and the index following the Status and record feeds rather than reading per
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from dispatch_core import Cause, CauseKind, Level, Provenance, State, Status
@@ -19,14 +21,14 @@ def status(job_id: str, state: State, seq: int) -> Status:
     return Status(job_id=job_id, level=Level.FULL, state=state, cause=NONE, at=now(), seq=seq)
 
 
-async def _jobs(api: Api, query: str = "") -> dict[str, object]:
+async def _jobs(api: Api, query: str = "") -> dict[str, Any]:
     reply = await api.call("GET", f"/v1/jobs{query}")
     assert reply.status == 200, reply.text
     assert isinstance(reply.body, dict)
     return reply.body
 
 
-def _ids(body: dict[str, object]) -> list[str]:
+def _ids(body: dict[str, Any]) -> list[str]:
     jobs = body["jobs"]
     assert isinstance(jobs, list)
     return [j["job_id"] for j in jobs]
