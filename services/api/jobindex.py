@@ -39,7 +39,17 @@ from typing import Final, TypeVar
 import msgspec
 from multidict import MultiMapping
 
-from dispatch_core import DecodeError, Job, State, Status, decode, is_job_id
+from dispatch_core import (
+    DecodeError,
+    Job,
+    JobCreated,
+    State,
+    Status,
+    WriterKind,
+    decode,
+    decode_event,
+    is_job_id,
+)
 from dispatch_nats import (
     LatestEntry,
     LatestFeed,
@@ -267,8 +277,11 @@ class JobIndex:
         appends = self._records.follow(after_seq=record_last)
         await appends.__aenter__()
         self._tasks.append(asyncio.create_task(self._follow_records(appends)))
-        entries, ids, observed = await asyncio.gather(
-            self._statuses.get_all(), self._records.list_jobs(), self._discoveries.get_all()
+        entries, ids, observed, _ = await asyncio.gather(
+            self._statuses.get_all(),
+            self._records.list_jobs(),
+            self._discoveries.get_all(),
+            self._scan_created(),
         )
         for seen in observed:
             self._clusters.setdefault(seen.key[-1], seen.key[0])
@@ -283,6 +296,23 @@ class JobIndex:
         self._dirty.update(j for j in ids if j not in self._jobs)
         await self._bounded(sorted(self._dirty), self._catch_up)
         self._built = True
+
+    async def _scan_created(self) -> None:
+        """Learn every job's facts from the ``job.created`` events the API appended: a few
+        batch reads of the API's appends, not a read per job."""
+        async for job_id, entry in self._records.scan_writer(WriterKind.API):
+            if job_id in self._facts:
+                continue
+            try:
+                event = decode_event(entry.payload)
+            except DecodeError:
+                continue  # that job's reads name it; its facts are read when shown
+            if isinstance(event, JobCreated):
+                self._facts[job_id] = JobFacts(
+                    cluster=event.spec.cluster,
+                    created_at=event.at,
+                    checkpoint=event.spec.checkpoint,
+                )
 
     async def _current(self) -> None:
         """Build if needed, then wait until the feeds reach the streams' last seqs and fold
