@@ -314,6 +314,14 @@ class JobIndex:
                     checkpoint=event.spec.checkpoint,
                 )
 
+    async def warm(self) -> None:
+        """Build the index ahead of the first listing (at the API's start); a failure is
+        logged, and the next listing builds it again."""
+        try:
+            await self._current()
+        except NatsStoreError as err:
+            log.warning("jobindex.warm_failed", extra={"error": str(err)})
+
     async def _current(self) -> None:
         """Build if needed, then wait until the feeds reach the streams' last seqs and fold
         what went past its Status.
