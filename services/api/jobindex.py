@@ -135,6 +135,7 @@ class JobIndex:
         self._last: dict[str, int] = {}
         self._checked: dict[str, int] = {}
         self._dirty: set[str] = set()
+        self._projected: set[str] = set()
         self._clusters: dict[str, str] = {}
         self._status_seen = 0
         self._record_seen = 0
@@ -162,6 +163,7 @@ class JobIndex:
             return
         for ref in status.objects[:1]:
             self._clusters.setdefault(status.job_id, ref.cluster)
+        self._projected.discard(status.job_id)
         self._put(JobSummary.of(status))
 
     def _on_append(self, job_id: str, seq: int) -> None:
@@ -257,7 +259,10 @@ class JobIndex:
         job = await self._fold(job_id)
         if job is None:
             return
-        if job_id not in self._jobs:
+        if job_id not in self._jobs or job_id in self._projected:
+            # No Status published yet: the API's own projection stands for it, made again
+            # from each new event until the supervisor publishes one.
+            self._projected.add(job_id)
             self._put(JobSummary.of(await self._project(job)))
         if self._checked.get(job_id, 0) >= self._last.get(job_id, 0):
             self._dirty.discard(job_id)

@@ -113,7 +113,11 @@ async def test_the_listing_follows_the_status_feed_without_reading_again(api: Ap
     assert _ids(await _jobs(api, "?state=failed")) == [job_id]
     assert _ids(await _jobs(api, "?state=running")) == []
 
-    # A job submitted after the index was built is listed at once (the record feed).
+    # A job submitted after the index was built is listed at once (the record feed), and
+    # so is a command on it while no Status is published for it (projected again).
     later = (await api.submit(job_id="later"))["job_id"]
     assert _ids(await _jobs(api, "?state=pending")) == [later]
+    assert (await api.command(later, "hold")).status == 200
+    assert _ids(await _jobs(api, "?state=held")) == [later]
+    assert _ids(await _jobs(api, "?state=pending")) == []
     assert api.ops.index.builds == 1  # followed, never built again
