@@ -164,6 +164,8 @@ class JobIndex:
         for ref in status.objects[:1]:
             self._clusters.setdefault(status.job_id, ref.cluster)
         self._projected.discard(status.job_id)
+        if status.job_id in self._unreadable:
+            self._stale.add(status.job_id)  # published from before the unreadable event
         self._put(JobSummary.of(status))
 
     def _on_append(self, job_id: str, seq: int) -> None:
