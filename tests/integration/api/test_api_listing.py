@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from nats.aio.client import Client as NATS
 
 from dispatch_core import Cause, CauseKind, Level, Provenance, State, Status
 from tests.integration.api.support import SPEC, Api, now
+from tests.integration.api.test_api_poison import _poison
 
 pytestmark = pytest.mark.integration
 
@@ -121,3 +123,21 @@ async def test_the_listing_follows_the_status_feed_without_reading_again(api: Ap
     assert _ids(await _jobs(api, "?state=held")) == [later]
     assert _ids(await _jobs(api, "?state=pending")) == []
     assert api.ops.index.builds == 1  # followed, never built again
+
+
+async def test_a_record_that_stops_reading_after_the_index_was_built_is_named(
+    api: Api, nc: NATS
+) -> None:
+    """The record feed marks the job; the next listing folds it, names the event apart and
+    marks the job's (now stale) Status ``unreadable``, and the other job is listed as ever."""
+    bad = (await api.submit(job_id="bad"))["job_id"]
+    good = (await api.submit(job_id="good"))["job_id"]
+    for job_id in (bad, good):
+        await api.publish(status(job_id, State.RUNNING, await api.records.last_seq(job_id)))
+    assert _ids(await _jobs(api, "?state=running")) == [bad, good]
+
+    seq = await _poison(api, nc, bad, "undecodable")
+    listing = await _jobs(api, "?state=running")
+    assert {j["job_id"]: j["unreadable"] for j in listing["jobs"]} == {bad: True, good: False}
+    assert [(u["job_id"], u["seq"]) for u in listing["unreadable"]] == [(bad, seq)]
+    assert api.ops.index.builds == 1
