@@ -20,7 +20,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import msgspec
@@ -78,6 +78,12 @@ class JobSummary(msgspec.Struct, frozen=True, kw_only=True):
     unreadable: bool = False
     """The job's record can't be read past this Status, which is stale (see ``unreadable``
     of the listing)."""
+    cluster: str | None = None
+    """``spec.cluster`` (None: unknown, or an API older than the jobs index)."""
+    created_at: UtcDatetime | None = None
+    """When the job was created (None: unknown)."""
+    checkpoint: str | None = None
+    """``spec.checkpoint``, the job's checkpoint root (None: none or unknown)."""
 
 
 class UnreadableJob(msgspec.Struct, frozen=True, kw_only=True):
@@ -89,10 +95,15 @@ class UnreadableJob(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class JobList(msgspec.Struct, frozen=True, kw_only=True):
-    """``GET /v1/jobs``."""
+    """``GET /v1/jobs``: one page (``total`` jobs match the filters; ``next_after`` is the
+    ``after`` of the next page, None on the last)."""
 
     jobs: tuple[JobSummary, ...]
     unreadable: tuple[UnreadableJob, ...] = ()
+    total: int = 0
+    offset: int = 0
+    limit: int | None = None
+    next_after: str | None = None
 
 
 class EscalationView(msgspec.Struct, frozen=True, kw_only=True):
@@ -354,9 +365,30 @@ class ApiClient:
         """``POST /v1/jobs``."""
         return self.post("/v1/jobs", body, SubmitResponse, key=key)
 
-    def jobs(self, states: list[str] | None = None) -> JobList:
-        """``GET /v1/jobs`` (optionally only jobs in ``states``)."""
-        return self.get("/v1/jobs", JobList, {"state": states} if states else None)
+    def jobs(
+        self,
+        states: Sequence[str] | None = None,
+        *,
+        clusters: Sequence[str] | None = None,
+        after: str | None = None,
+        offset: int | None = None,
+        limit: int | None = None,
+    ) -> JobList:
+        """``GET /v1/jobs``: the jobs in ``states`` on ``clusters`` (None or empty: all),
+        past job id ``after``, from ``offset``, at most ``limit`` (None: all), filtered and
+        paged by the API."""
+        query: dict[str, str | list[str]] = {}
+        if states:
+            query["state"] = list(states)
+        if clusters:
+            query["cluster"] = list(clusters)
+        if after is not None:
+            query["after"] = after
+        if offset:
+            query["offset"] = str(offset)
+        if limit is not None:
+            query["limit"] = str(limit)
+        return self.get("/v1/jobs", JobList, query or None)
 
     def status(self, job_id: str) -> Status:
         """``GET /v1/jobs/{job}``."""

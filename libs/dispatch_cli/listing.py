@@ -1,20 +1,19 @@
 """``dispatch status`` without a job: the jobs table with each job's cluster, age and latest
 checkpoint, filtered by state and cluster, a page at a time.
 
-``GET /v1/jobs`` answers every job's Status head, by id, filtered by state only; a job's
-cluster, creation time and checkpoint root are in its record's first event (``job.created``).
-So the listing filters by state at the API, then reads the record of each job it shows (one
-``GET /v1/jobs/{job}/record`` per row, only for the rows of the page; with ``--cluster``,
-until the page is full). Pages are keyset pages on the job id (the API's order): ``--after
-JOB`` starts past JOB, and the table's last line names the next page's command.
+``GET /v1/jobs`` filters (``state``, ``cluster``) and pages (``after``, ``limit``) at the API,
+from its jobs index, and each row carries the job's cluster, creation time and checkpoint
+root: the listing is one request whatever the number of jobs. Pages are keyset pages on the
+job id (the API's order): ``--after JOB`` starts past JOB, and the table's last line names the
+next page's command (the API's ``next_after``) and how many jobs are left.
 
-A job whose record the API can't read (422 ``record-unreadable``) is never a reason for the
-listing to fail: the API lists it apart (``unreadable``: the event at fault and why), and a
-row it has from an earlier published Status is marked ``unreadable`` (that Status is stale):
-the table shows its state as ``unreadable`` and :func:`unreadable_lines` says why.
+A job whose record the API can't read is never a reason for the listing to fail: the API
+lists it apart (``unreadable``: the event at fault and why), and a row it has from an earlier
+published Status is marked ``unreadable`` (that Status is stale): the table shows its state
+as ``unreadable`` and :func:`unreadable_lines` says why.
 
-The latest checkpoint is read from the job's checkpoint root (``spec.checkpoint``) when it
-is a path this machine sees (the publication with the greatest epoch, then step:
+The latest checkpoint is read from the job's checkpoint root (``checkpoint``) when it is a
+path this machine sees (the publication with the greatest epoch, then step:
 ``dispatch_ckpt``); an ``s3://`` root is not read (``s3``), a root this machine doesn't see
 shows ``-``.
 """
@@ -28,9 +27,8 @@ from datetime import datetime
 import msgspec
 
 from dispatch_cli.client import ApiClient, JobSummary, UnreadableJob
-from dispatch_cli.errors import ApiError
 from dispatch_cli.render import cause_text, hold_brief, table
-from dispatch_core import JobCreated, State
+from dispatch_core import State
 
 __all__ = [
     "JobRow",
@@ -64,11 +62,13 @@ class JobRow(msgspec.Struct, frozen=True, kw_only=True):
 
 class Page(msgspec.Struct, frozen=True, kw_only=True):
     """A page of the listing; ``next_after`` is the ``--after`` of the next page (None: the
-    last page); ``unreadable``: the jobs whose record the API can't read (on the first page
-    only, whatever the filters: each needs a person)."""
+    last page); ``total``: how many jobs match (past ``--after``); ``unreadable``: the jobs
+    whose record the API can't read (on the first page only, whatever the filters: each
+    needs a person)."""
 
     jobs: tuple[JobRow, ...]
     next_after: str | None = None
+    total: int = 0
     unreadable: tuple[UnreadableJob, ...] = ()
 
 
@@ -97,25 +97,12 @@ def latest_checkpoint(root: str | None) -> str | None:
     return "none" if latest is None else f"step {latest.step}"
 
 
-def _row(client: ApiClient, job: JobSummary, *, checkpoints: bool) -> JobRow:
-    try:
-        record = client.record(job.job_id)
-    except ApiError as err:
-        # Gone since the listing (404), or a record the API can't read (422
-        # record-unreadable, issue 10 item 4): that job's row shows its Status head alone,
-        # and the listing of every other job still answers; `dispatch status JOB` names the
-        # job and the event the API could not read.
-        if err.status in (404, 422):
-            return JobRow(job=job)
-        raise
-    created = next((e.event for e in record.events if isinstance(e.event, JobCreated)), None)
-    if created is None:
-        return JobRow(job=job)
-    root = created.spec.checkpoint
+def _row(job: JobSummary, *, checkpoints: bool) -> JobRow:
+    root = job.checkpoint
     return JobRow(
         job=job,
-        cluster=created.spec.cluster,
-        created=created.at,
+        cluster=job.cluster,
+        created=job.created_at,
         checkpoint_root=root,
         latest_checkpoint=latest_checkpoint(root) if checkpoints else None,
     )
@@ -130,39 +117,28 @@ def jobs_page(
     limit: int = 100,
     checkpoints: bool = True,
 ) -> Page:
-    """Read one page of the listing.
+    """Read one page of the listing: one ``GET /v1/jobs``, filtered and paged by the API.
 
     Args:
         client: the API.
-        states: only jobs in one of these states (at the API); empty: all.
+        states: only jobs in one of these states; empty: all.
         clusters: only jobs on one of these clusters; empty: all.
         after: start past this job id (ids are in the API's order).
         limit: most rows (>= 1).
         checkpoints: read each job's latest checkpoint (see :func:`latest_checkpoint`).
 
     Raises:
-        ApiError: the API refused or failed (a job deleted between the list and its record
-            read is shown without its record, never an error).
+        ApiError: the API refused or failed.
     """
-    listing = client.jobs([s.value for s in states] or None)
-    candidates = [j for j in listing.jobs if after is None or j.job_id > after]
-    unreadable = listing.unreadable if after is None else ()
-    rows: list[JobRow] = []
-    for i, job in enumerate(candidates):
-        row = _row(client, job, checkpoints=checkpoints)
-        if clusters and row.cluster not in clusters:
-            continue
-        rows.append(row)
-        if len(rows) == limit:
-            # With --cluster, the jobs left may all be on other clusters: the next page then
-            # says "no jobs" (reading their records now would cost what paging saves).
-            more = i + 1 < len(candidates)
-            return Page(
-                jobs=tuple(rows),
-                next_after=job.job_id if more else None,
-                unreadable=unreadable,
-            )
-    return Page(jobs=tuple(rows), unreadable=unreadable)
+    listing = client.jobs(
+        [s.value for s in states], clusters=list(clusters), after=after, limit=limit
+    )
+    return Page(
+        jobs=tuple(_row(j, checkpoints=checkpoints) for j in listing.jobs),
+        next_after=listing.next_after,
+        total=listing.total,
+        unreadable=listing.unreadable if after is None else (),
+    )
 
 
 def age_text(created: datetime | None, now: datetime) -> str:

@@ -34,6 +34,7 @@ from dispatch_nats.contract import DEFAULT_LAYOUT, Layout, StreamKind, _validate
 from dispatch_nats.errors import (
     ConcurrencyConflict,
     InvalidName,
+    JetStreamApiError,
     StoreUnavailable,
     StreamNotFound,
     api_error,
@@ -280,6 +281,29 @@ class LatestStore:
             timeout_s=self._read_timeout_s,
         )
         return None if msg is None else self._entry(msg)
+
+    async def stream_last_seq(self) -> int:
+        """Return the stream's last seq (0 if empty): a reader following `watch` has seen
+        every value put before it once its feed has delivered this seq (the API's jobs
+        index waits for it, so a listing shows what was put before the request).
+
+        Raises:
+            StreamNotFound: the stream does not exist.
+            StoreUnavailable: JetStream did not answer within `read_timeout_s`.
+        """
+        try:
+            info = await self._wire.api(
+                f"{self._stream} stream info",
+                f"{self._layout.api_prefix}.STREAM.INFO.{self._stream}",
+                None,
+                timeout_s=self._read_timeout_s,
+                stream=self._stream,
+            )
+        except JetStreamApiError as err:
+            if err.err_code == 10059:
+                raise StreamNotFound(self._stream, self.pattern()) from err
+            raise
+        return int((info.get("state") or {}).get("last_seq") or 0)
 
     async def get_all(self, pattern: tuple[str, ...] = ()) -> list[LatestEntry]:
         """Return the current value of every key matching `pattern`, in stream order.

@@ -8,7 +8,8 @@ limits each to the subjects its work needs (issue 10):
 identity            may
 ==================  ==========================================================================
 ``api``             append under its own writer kind (``dispatch.record.*.api``); read the
-                    record, statuses and discoveries; follow statuses (the SSE stream)
+                    record, statuses and discoveries; follow statuses (the SSE stream, the
+                    jobs index) and record appends (the jobs index)
 ``supervisor``      append as ``supervisor``; publish statuses and pass requests; read
                     everything it folds (the record's last seq and Discoveries also from the
                     stream leader, ``STREAM.MSG.GET``); its three shared durable consumers
@@ -290,8 +291,9 @@ def permissions(
     match identity.role:
         case Role.API:
             pub.append(layout.record_writer_filter(WriterKind.API))
-            pub += js.info(rec) + js.direct_get(rec, stat, disc)
-            pub += js.ordered(stat)
+            pub += js.info(rec, stat) + js.direct_get(rec, stat, disc)
+            # the jobs index (services/api/jobindex.py) follows statuses and record appends
+            pub += js.ordered(stat, rec)
         case Role.SUPERVISOR:
             pub += [
                 layout.record_writer_filter(WriterKind.SUPERVISOR),

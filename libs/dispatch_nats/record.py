@@ -30,7 +30,7 @@ import asyncio
 import logging
 import re
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from datetime import datetime
 from typing import Any, Final, NamedTuple, Self
 
@@ -602,6 +602,31 @@ class RecordStore:
             )
             await asyncio.sleep(_STALE_BACKOFF.delay(attempt + 1, 0.0))
         raise StaleRead(what, through, reached)
+
+    async def scan_writer(
+        self, writer: WriterKind, after_seq: int = 0
+    ) -> AsyncIterator[tuple[str, RecordEntry]]:
+        """Every event appended by writers of kind `writer` to any job's record, in stream
+        order, with its job id: a few batch direct gets over `dispatch.record.*.<writer>`
+        (e.g. every `job.created`, which the API appends, without a read per job).
+
+        Raises:
+            ValueError: `after_seq` is negative.
+            StreamNotFound: the record stream does not answer.
+            StoreUnavailable: a reply did not come within `read_timeout_s`.
+        """
+        if after_seq < 0:
+            raise ValueError(f"after_seq must be >= 0, got {after_seq}")
+        subject = self._layout.record_writer_filter(writer)
+        async for msgs in self._pages(subject, after_seq, f"scan {subject!r}"):
+            for msg in msgs:
+                try:
+                    job_id = self._layout.job_id_from_record_subject(
+                        (msg.headers or {})["Nats-Subject"]
+                    )
+                except (InvalidName, KeyError):
+                    continue
+                yield job_id, self._entry(job_id, msg)
 
     async def leader_last_seq(self, job_id: str) -> int:
         """Return the seq of the job's last event as the stream's leader holds it (0: none).

@@ -123,9 +123,27 @@ class Client:
         """The job's Status (``GET /v1/jobs/{job}``). Raises ApiError 404 for no such job."""
         return self._api.status(job_id)
 
-    def list(self, states: Sequence[State] = ()) -> JobList:
-        """Every job's Status head, by id (``GET /v1/jobs``), optionally only in ``states``."""
-        return self._api.jobs([s.value for s in states] or None)
+    def list(
+        self,
+        states: Sequence[State] = (),
+        *,
+        clusters: Sequence[str] = (),
+        after: str | None = None,
+        offset: int | None = None,
+        limit: int | None = None,
+    ) -> JobList:
+        """The jobs' Status heads with their cluster, creation time and checkpoint root, by
+        id (``GET /v1/jobs``): only in ``states`` and on ``clusters`` (empty: all), past job
+        id ``after``, from ``offset``, at most ``limit`` (None: all); filtered and paged by
+        the API, which answers the ``total`` that match and the next page's ``next_after``.
+        """
+        return self._api.jobs(
+            [s.value for s in states],
+            clusters=list(clusters),
+            after=after,
+            offset=offset,
+            limit=limit,
+        )
 
     def record(self, job_id: str, after: int = 0) -> RecordResponse:
         """The job's record, every event with its seq (``GET /v1/jobs/{job}/record``)."""
@@ -299,9 +317,19 @@ class AsyncClient:
         """See :meth:`Client.status`."""
         return await self._run(self._sync.status, job_id)
 
-    async def list(self, states: Sequence[State] = ()) -> JobList:
+    async def list(
+        self,
+        states: Sequence[State] = (),
+        *,
+        clusters: Sequence[str] = (),
+        after: str | None = None,
+        offset: int | None = None,
+        limit: int | None = None,
+    ) -> JobList:
         """See :meth:`Client.list`."""
-        return await self._run(self._sync.list, states)
+        return await self._run(
+            self._sync.list, states, clusters=clusters, after=after, offset=offset, limit=limit
+        )
 
     async def record(self, job_id: str, after: int = 0) -> RecordResponse:
         """See :meth:`Client.record`."""

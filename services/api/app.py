@@ -27,10 +27,11 @@ import msgspec
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from dispatch_core import DecodeError, DispatchError, State, Status, decode, encode, is_job_id
+from dispatch_core import DecodeError, DispatchError, Status, decode, encode, is_job_id
 from dispatch_nats import LatestEntry, LatestFeed, NatsStoreError, PayloadTooLarge
 from services.api.auth import Authenticator
 from services.api.errors import ApiError, BadRequest, NotFound, StoreDown, UnreadableRecord
+from services.api.jobindex import parse_listing
 from services.api.metrics import ApiMetrics
 from services.api.openapi import IDEMPOTENCY_KEY_PATTERN, build_openapi
 from services.api.operations import MAX_SEQ, Operations
@@ -174,17 +175,11 @@ def _command_handler(command: str) -> Handler:
 
 async def _list_jobs(request: web.Request) -> web.Response:
     request.app[_AUTH].authenticate(request.headers.get("Authorization"))
-    states: set[State] = set()
-    for value in request.query.getall("state", []):
-        for name in filter(None, (v.strip() for v in value.split(","))):
-            try:
-                states.add(State(name))
-            except ValueError:
-                known = ", ".join(s.value for s in State)
-                raise BadRequest(
-                    f"unknown state {name!r} (states: {known})", field="state"
-                ) from None
-    return _json(await request.app[_OPS].list_jobs(frozenset(states) or None))
+    q = parse_listing(request.query)
+    listing = await request.app[_OPS].list_jobs(
+        q.states, clusters=q.clusters, after=q.after, offset=q.offset, limit=q.limit
+    )
+    return _json(listing)
 
 
 async def _status(request: web.Request) -> web.Response:
@@ -334,7 +329,9 @@ async def _serve_stream(
 
 
 async def _close_streams(app: web.Application) -> None:
-    """At shutdown, end every SSE stream (each handler returns on the None)."""
+    """At shutdown, end every SSE stream (each handler returns on the None) and stop the
+    jobs index's feeds."""
+    await app[_OPS].aclose()
     queues = app[_STREAMS]
     for queue in tuple(queues):
         with contextlib.suppress(asyncio.QueueFull):

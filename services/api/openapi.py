@@ -22,6 +22,7 @@ from typing import Any, Final
 import msgspec
 
 from dispatch_core import JOB_ID_PATTERN, Status
+from services.api.jobindex import MAX_OFFSET
 from services.api.schemas import (
     COMMAND_REQUESTS,
     MAX_LAUNCH_ATTEMPTS,
@@ -169,7 +170,13 @@ def _paths() -> dict[str, Any]:
             },
             "get": {
                 "operationId": "listJobs",
-                "summary": "List jobs (from their latest Statuses), by id.",
+                "summary": "List jobs (from their latest Statuses), by id, a page at a time.",
+                "description": (
+                    "Served from the API's jobs index, current to the request: every Status "
+                    "put and record event appended before it is reflected. `total` counts the "
+                    "jobs matching the filters (and `after`); page with `offset`/`limit`, or "
+                    "with `after` set to the previous page's `next_after`."
+                ),
                 "parameters": [
                     {
                         "name": "state",
@@ -179,7 +186,39 @@ def _paths() -> dict[str, Any]:
                         "schema": {"type": "array", "items": _ref("State")},
                         "style": "form",
                         "explode": True,
-                    }
+                    },
+                    {
+                        "name": "cluster",
+                        "in": "query",
+                        "required": False,
+                        "description": "Only jobs on these clusters (their `spec.cluster`; "
+                        "repeat, or comma-separate).",
+                        "schema": {"type": "array", "items": {"type": "string"}},
+                        "style": "form",
+                        "explode": True,
+                    },
+                    {
+                        "name": "after",
+                        "in": "query",
+                        "required": False,
+                        "description": "Only jobs with a greater id (a keyset page: the "
+                        "previous page's `next_after`).",
+                        "schema": {"type": "string", "pattern": JOB_ID_PATTERN, "maxLength": 63},
+                    },
+                    {
+                        "name": "offset",
+                        "in": "query",
+                        "required": False,
+                        "description": "Skip this many of the matching jobs.",
+                        "schema": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET},
+                    },
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "required": False,
+                        "description": "At most this many jobs (absent: every job).",
+                        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_OFFSET},
+                    },
                 ],
                 "responses": {
                     "200": _ok(
@@ -190,7 +229,9 @@ def _paths() -> dict[str, Any]:
                         "job alone); its own reads answer 422 `record-unreadable`.",
                         "JobList",
                     ),
-                    "400": _error("An unknown state (`field`: `state`)."),
+                    "400": _error(
+                        "An unknown state, a bad `after`, `offset` or `limit` (`field` names it)."
+                    ),
                     "401": _UNAUTHORIZED,
                     "default": _DEFAULT,
                 },

@@ -85,6 +85,7 @@ from services.api.errors import (
     UnreadableRecord,
     accepted_values,
 )
+from services.api.jobindex import JobIndex
 from services.api.metrics import ApiMetrics
 from services.api.schemas import (
     COMMAND_REQUESTS,
@@ -92,7 +93,6 @@ from services.api.schemas import (
     EscalationList,
     EscalationView,
     JobList,
-    JobSummary,
     RecordedEvent,
     RecordResponse,
     SubmitRequest,
@@ -260,6 +260,14 @@ class Operations:
         self._concurrency = concurrency
         self._cache_size = cache_size
         self._cache: OrderedDict[str, _Folded] = OrderedDict()
+        self._index = JobIndex(
+            records=records,
+            statuses=statuses,
+            discoveries=discoveries,
+            load=self._load_job,
+            project=self._project,
+            concurrency=concurrency,
+        )
 
     @property
     def clusters(self) -> list[str]:
@@ -282,6 +290,15 @@ class Operations:
             return None
         return self._note(loaded, cached.bases if cached else frozenset())
 
+    async def _load_job(self, job_id: str) -> Job | None:
+        """The job's record folded to its end (None: no record), for the jobs index.
+
+        Raises:
+            UnreadableRecord: as :meth:`_load`.
+        """
+        folded = await self._load(job_id)
+        return None if folded is None else folded.job
+
     def _note(self, loaded: Loaded, known: frozenset[str]) -> _Folded:
         """Cache a load, with the msg-id bases of the API commits it read added to
         ``known`` (those of the version it was loaded from)."""
@@ -295,6 +312,7 @@ class Operations:
             folded = current  # a concurrent load got further
         self._cache[job_id] = folded
         self._cache.move_to_end(job_id)
+        self._index.learn(folded.job)
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return folded
@@ -403,62 +421,45 @@ class Operations:
             raise NotFound(f"no job {job_id!r}")
         return RecordResponse(job_id=job_id, events=tuple(_recorded(s) for s in stored))
 
-    async def list_jobs(self, states: frozenset[State] | None = None) -> JobList:
-        """List every job, from the latest published Statuses.
+    @property
+    def index(self) -> JobIndex:
+        """The jobs index (services/api/jobindex.py): the listings' one source."""
+        return self._index
 
-        A job whose Status hasn't been published yet (just submitted) is folded and projected
-        here, so the listing holds every job with a record. A job whose record can't be read
-        is listed under ``unreadable`` (job, seq, why); if it has a published Status, it is
-        listed with it too, marked ``unreadable`` (that Status is stale).
+    async def list_jobs(
+        self,
+        states: frozenset[State] | None = None,
+        *,
+        clusters: frozenset[str] | None = None,
+        after: str | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> JobList:
+        """One page of the jobs, by id, from the jobs index (its Status heads, current to
+        this call: see :mod:`services.api.jobindex`).
+
+        A job whose Status hasn't been published yet (just submitted) is listed with the
+        Status projected from its record. A job whose record can't be read is listed under
+        ``unreadable`` (job, seq, why); if it has a published Status, it is listed with it
+        too, marked ``unreadable`` (that Status is stale).
 
         Args:
             states: only jobs in one of these states (None: all).
+            clusters: only jobs on one of these clusters (None: all).
+            after: only jobs with a greater id (a keyset page).
+            offset: skip this many of the matching jobs.
+            limit: at most this many jobs (None: all).
+
+        Raises:
+            NatsStoreError: the stores didn't answer (503 or 500).
         """
-        entries, ids = await asyncio.gather(self._statuses.get_all(), self._records.list_jobs())
-        found: dict[str, Status] = {}
-        for entry in entries:
-            try:
-                status = decode(entry.payload, Status)
-            except DecodeError:
-                log.warning("status.undecodable", extra={"seq": entry.seq}, exc_info=True)
-                continue
-            found[status.job_id] = status
-        missing = [j for j in ids if j not in found]
-        unreadable: list[UnreadableJob] = []
-        stale: set[str] = set()
-
-        async def projected(job_id: str) -> Status | None:
-            try:
-                folded = await self._load(job_id)
-            except UnreadableRecord as err:
-                unreadable.append(_unreadable(err))
-                return None
-            return None if folded is None else await self._project(folded.job)
-
-        async def still_readable(job_id: str) -> None:
-            # A record ahead of its published Status is read (as `status` does): an event
-            # there that can't be read leaves the Status stale, and the listing says so.
-            if await self._records.last_seq(job_id) <= found[job_id].seq:
-                return
-            try:
-                await self._load(job_id)
-            except UnreadableRecord as err:
-                unreadable.append(_unreadable(err))
-                stale.add(job_id)
-
-        published = [j for j in ids if j in found]
-        for status_or_none in await self._bounded(missing, projected):
-            if status_or_none is not None:
-                found[status_or_none.job_id] = status_or_none
-        await self._bounded(published, still_readable)
-        jobs = (
-            JobSummary.of(s, unreadable=job_id in stale)
-            for job_id, s in sorted(found.items())
-            if states is None or s.state in states
+        return await self._index.page(
+            states=states, clusters=clusters, after=after, offset=offset, limit=limit
         )
-        return JobList(
-            jobs=tuple(jobs), unreadable=tuple(sorted(unreadable, key=lambda u: u.job_id))
-        )
+
+    async def aclose(self) -> None:
+        """Stop the jobs index's feeds (the stores stay the caller's)."""
+        await self._index.aclose()
 
     async def escalations(
         self, *, delivered: bool | None = None, job_id: str | None = None

@@ -292,6 +292,9 @@ class JobSummary(msgspec.Struct, frozen=True, kw_only=True):
         unreadable: the job's record can't be read past this Status (an event after
             ``seq`` does not decode, or its writer may not write it): the Status is the
             last one published before, stale; the listing's ``unreadable`` names the event.
+        cluster: ``spec.cluster`` (None: not known, e.g. the record can't be read).
+        created_at: when the job was created (None: not known).
+        checkpoint: ``spec.checkpoint``, the job's checkpoint root (None: none or unknown).
     """
 
     job_id: str
@@ -305,6 +308,9 @@ class JobSummary(msgspec.Struct, frozen=True, kw_only=True):
     supersedes: str | None
     superseded_by: str | None
     unreadable: bool = False
+    cluster: str | None = None
+    created_at: UtcDatetime | None = None
+    checkpoint: str | None = None
 
     @classmethod
     def of(cls, status: Status, *, unreadable: bool = False) -> JobSummary:
@@ -340,10 +346,27 @@ class UnreadableJob(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class JobList(msgspec.Struct, frozen=True, kw_only=True):
-    """``GET /v1/jobs``: the jobs, by id; jobs whose record can't be read, apart."""
+    """``GET /v1/jobs``: one page of the jobs matching the filters, by id; jobs whose record
+    can't be read, apart.
+
+    Attributes:
+        jobs: the page (at most ``limit`` jobs from ``offset``, past ``after``).
+        unreadable: every job whose record can't be read (whatever the filters and page:
+            each needs a person).
+        total: how many jobs match the filters (``state``, ``cluster``, ``after``), on
+            every page.
+        offset: the page's first job's place among them (0-based).
+        limit: the page size asked for (None: every job).
+        next_after: the ``after`` of the next page (the page's last job id), None on the
+            last page.
+    """
 
     jobs: tuple[JobSummary, ...]
     unreadable: tuple[UnreadableJob, ...] = ()
+    total: int = 0
+    offset: int = 0
+    limit: int | None = None
+    next_after: str | None = None
 
 
 class EscalationView(msgspec.Struct, frozen=True, kw_only=True):

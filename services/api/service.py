@@ -117,6 +117,11 @@ async def run(
         )
         if on_listening is not None:
             on_listening(port)
+        # Build the jobs index now rather than in the first listing's time.
+        warming = asyncio.create_task(ops.index.warm())
         await stop.wait()
+        warming.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await warming
         log.info("api.stopping")
     log.info("api.stopped")

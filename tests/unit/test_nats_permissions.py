@@ -20,7 +20,7 @@ from dispatch_nats.permissions import (
 
 LAYOUTS = [Layout(), Layout(namespace="t1", api_prefix="$JS.hub.API")]
 FOLLOWS = {
-    Role.API: {StreamKind.STATUS},
+    Role.API: {StreamKind.STATUS, StreamKind.RECORD},  # the jobs index follows both
     Role.SUPERVISOR: {StreamKind.STATUS},
     Role.NOTIFIER: set(),
     Role.OBSERVER: set(),

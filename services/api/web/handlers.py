@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 import re
-import time
 import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +24,6 @@ from dispatch_core import (
     Actor,
     DecodeError,
     InvalidPolicy,
-    JobCreated,
     State,
     Status,
     decode,
@@ -36,11 +34,11 @@ from dispatch_core import (
 from dispatch_nats import LatestEntry, NatsStoreError
 from services.api.auth import Authenticator
 from services.api.errors import ApiError, BadRequest, NotFound, UnreadableRecord
+from services.api.jobindex import parse_listing
 from services.api.operations import Operations
 from services.api.schemas import (
     JobSummary,
     SubmitRequest,
-    UnreadableJob,
     check_spec,
     decode_body,
 )
@@ -63,109 +61,11 @@ _CSP: Final = (
 JOBS_PAGE_DEFAULT: Final = 50
 JOBS_PAGE_MAX: Final = 500
 _HEARTBEAT_S: Final = 15.0
-_INDEX_REFRESH_S: Final = 30.0
-"""Age (seconds) after which the jobs index is rebuilt in the background."""
-_INDEX_RETRY_S: Final = 1.0
-"""Wait (seconds) before following the Status changes again after the feed failed."""
 _MADE_ID: Final = re.compile(r"^(?P<name>.+)-[a-z2-7]{8}$")
 
 _OPS: Final = web.AppKey("web_ops", Operations)
 _AUTH: Final = web.AppKey("web_auth", Authenticator)
-_CREATED: Final[web.AppKey[dict[str, _Created]]] = web.AppKey("web_created")
 _STREAMS: Final[web.AppKey[set[asyncio.Queue[LatestEntry | None]]]] = web.AppKey("web_streams")
-_INDEX: Final[web.AppKey[_Index]] = web.AppKey("web_index")
-
-
-class _Created(msgspec.Struct, frozen=True, kw_only=True):
-    """What never changes of a job after creation (cached per API process)."""
-
-    cluster: str
-    at: datetime
-    by: str
-    checkpoint: str
-
-
-class _Index:
-    """Every job's Status head, kept in the API process for the jobs list.
-
-    Built from ``Operations.list_jobs`` (every published Status, and the jobs with a record
-    but no Status yet), then kept current by one feed of every Status change; rebuilt in the
-    background when older than :data:`_INDEX_REFRESH_S` (a job submitted while the feed was
-    down, a Status the feed missed). A value replaces another only when it is as new or
-    newer (record seq, then projection time), so a rebuild racing the feed never goes back.
-    A page of 10,000 jobs is then a sort in memory, not 10,000 reads (bench/web_jobs.py).
-    """
-
-    def __init__(self, ops: Operations) -> None:
-        self._ops = ops
-        self._jobs: dict[str, JobSummary] = {}
-        self._unreadable: tuple[UnreadableJob, ...] = ()
-        self._sorted: list[JobSummary] | None = None
-        self._built_at: float | None = None
-        self._follower: asyncio.Task[None] | None = None
-        self._rebuild: asyncio.Task[None] | None = None
-        self._lock = asyncio.Lock()
-
-    def _put(self, summary: JobSummary) -> None:
-        old = self._jobs.get(summary.job_id)
-        if old is None or (summary.seq, summary.at) >= (old.seq, old.at):
-            self._jobs[summary.job_id] = summary
-            self._sorted = None
-
-    async def _build(self) -> None:
-        async with self._lock:
-            started = time.monotonic()
-            listing = await self._ops.list_jobs()
-            fresh = {s.job_id: s for s in listing.jobs}
-            for job_id, known in self._jobs.items():
-                now = fresh.get(job_id)
-                if now is not None and (known.seq, known.at) > (now.seq, now.at):
-                    fresh[job_id] = known
-            self._jobs = fresh
-            self._unreadable = listing.unreadable
-            self._sorted = None
-            self._built_at = started
-
-    async def _follow(self) -> None:
-        while True:
-            try:
-                async with self._ops.watch_changes() as feed:
-                    async for entry in feed:
-                        try:
-                            status = decode(entry.payload, Status)
-                        except DecodeError:
-                            continue
-                        self._put(JobSummary.of(status))
-            except NatsStoreError as err:
-                log.warning("web.index_feed_failed", extra={"error": str(err)})
-            self._built_at = None  # what the feed missed meanwhile: rebuild on next read
-            await asyncio.sleep(_INDEX_RETRY_S)
-
-    async def jobs(self) -> tuple[list[JobSummary], tuple[UnreadableJob, ...]]:
-        """Every job by id, and the jobs whose record can't be read.
-
-        Raises:
-            NatsStoreError: the first build couldn't read the statuses (a 503 or 500).
-        """
-        if self._follower is None or self._follower.done():
-            self._follower = asyncio.create_task(self._follow())
-        if self._built_at is None:
-            await self._build()
-        elif time.monotonic() - self._built_at > _INDEX_REFRESH_S and (
-            self._rebuild is None or self._rebuild.done()
-        ):
-            self._rebuild = asyncio.create_task(self._build())
-        if self._sorted is None:
-            self._sorted = [self._jobs[k] for k in sorted(self._jobs)]
-        return self._sorted, self._unreadable
-
-    async def close(self) -> None:
-        """Stop following (at the API's shutdown)."""
-        for task in (self._follower, self._rebuild):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, NatsStoreError):
-                    await task
 
 
 def _actor(request: web.Request) -> Actor:
@@ -209,27 +109,10 @@ async def _asset(request: web.Request) -> web.Response:
 # ------------------------------------------------------------------------------ helpers
 
 
-async def _created(app: web.Application, job_id: str) -> _Created | None:
-    """The job's creation (cluster, time, submitter, checkpoint root), read once."""
-    cache = app[_CREATED]
-    found = cache.get(job_id)
-    if found is not None:
-        return found
-    try:
-        record = await app[_OPS].record(job_id, 0)
-    except (UnreadableRecord, NotFound):
-        return None
-    for item in record.events[:1]:
-        event = item.event
-        if isinstance(event, JobCreated):
-            found = _Created(
-                cluster=event.spec.cluster,
-                at=event.at,
-                by=event.by.name,
-                checkpoint=event.spec.checkpoint or "",
-            )
-            cache[job_id] = found
-    return found
+async def _cluster(app: web.Application, job_id: str) -> str | None:
+    """The job's cluster, from the API's jobs index (a record is read once per job)."""
+    facts = await app[_OPS].index.facts(job_id)
+    return None if facts is None else facts.cluster
 
 
 def _open_items(
@@ -285,8 +168,7 @@ async def _job_escalations(ops: Operations, job_id: str) -> list[tuple[str, date
 
 
 async def _open_for(app: web.Application, summary: JobSummary) -> list[dict[str, Any]]:
-    created = await _created(app, summary.job_id)
-    cluster = None if created is None else created.cluster
+    cluster = summary.cluster or await _cluster(app, summary.job_id)
     escalations = await _job_escalations(app[_OPS], summary.job_id)
     return _open_items(summary, escalations, cluster)
 
@@ -301,33 +183,6 @@ async def _gather(fns: list[Any], limit: int = 16) -> list[Any]:
     return list(await asyncio.gather(*(one(f) for f in fns)))
 
 
-def _int(request: web.Request, name: str, default: int, high: int) -> int:
-    raw = request.query.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= high:
-        raise BadRequest(f"{name} must be an integer in 0..{high}, got {raw!r}", field=name)
-    return value
-
-
-def _states(request: web.Request) -> frozenset[State] | None:
-    states: set[State] = set()
-    for value in request.query.getall("state", []):
-        for name in filter(None, (v.strip() for v in value.split(","))):
-            try:
-                states.add(State(name))
-            except ValueError:
-                known = ", ".join(s.value for s in State)
-                raise BadRequest(
-                    f"unknown state {name!r} (states: {known})", field="state"
-                ) from None
-    return frozenset(states) or None
-
-
 # ------------------------------------------------------------------------------ routes
 
 
@@ -337,29 +192,24 @@ async def _me(request: web.Request) -> web.Response:
 
 
 async def _jobs(request: web.Request) -> web.Response:
-    """One page of the jobs list (by id, as ``GET /v1/jobs``), with the total that match.
+    """One page of the jobs list (by id, as ``GET /v1/jobs``, from the same jobs index),
+    with the total that match.
 
-    Query: ``state`` (repeatable or comma-separated), ``cluster``, ``needs=person`` (a job
-    with an open escalation or a hold in force), ``offset`` and ``limit`` (at most
-    :data:`JOBS_PAGE_MAX`).
+    Query: as ``GET /v1/jobs`` (``state``, ``cluster``, ``offset``, ``limit`` at most
+    :data:`JOBS_PAGE_MAX`), and ``needs=person`` (a job with an open escalation or a hold
+    in force: escalations live in the records, so this one reads the candidates').
     """
     _actor(request)
     app = request.app
     ops = app[_OPS]
-    offset = _int(request, "offset", 0, 10**9)
-    limit = _int(request, "limit", JOBS_PAGE_DEFAULT, JOBS_PAGE_MAX) or JOBS_PAGE_DEFAULT
-    cluster = request.query.get("cluster") or None
+    q = parse_listing(request.query, default_limit=JOBS_PAGE_DEFAULT, max_limit=JOBS_PAGE_MAX)
+    offset, limit = q.offset, q.limit or JOBS_PAGE_DEFAULT
     needs = request.query.get("needs")
     if needs not in (None, "", "person"):
         raise BadRequest(f"needs must be 'person', got {needs!r}", field="needs")
-    states = _states(request)
-    everything, unreadable = await app[_INDEX].jobs()
-    rows = [r for r in everything if states is None or r.state in states]
-    if cluster is not None:
-        created = await _gather([_created(app, r.job_id) for r in rows])
-        rows = [r for r, c in zip(rows, created, strict=True) if c and c.cluster == cluster]
     opens: dict[str, list[dict[str, Any]]] = {}
     if needs == "person":
+        rows, unreadable = await ops.index.rows(q.states, q.clusters)
         candidates = [
             r for r in rows if r.hold is not None or not r.settled or r.state == State.FAILED
         ]
@@ -367,11 +217,14 @@ async def _jobs(request: web.Request) -> web.Response:
         for r, items in zip(candidates, found, strict=True):
             opens[r.job_id] = items
         rows = [r for r in rows if opens.get(r.job_id)]
-    page = rows[offset : offset + limit]
+        total = len(rows)
+        page = await ops.index.with_facts(rows[offset : offset + limit])
+    else:
+        listing = await ops.list_jobs(q.states, clusters=q.clusters, offset=offset, limit=limit)
+        page, total, unreadable = list(listing.jobs), listing.total, listing.unreadable
     now = datetime.now(UTC)
 
     async def row(summary: JobSummary) -> dict[str, Any]:
-        created = await _created(app, summary.job_id)
         items = opens.get(summary.job_id)
         if items is None:
             items = await _open_for(app, summary)
@@ -380,12 +233,11 @@ async def _jobs(request: web.Request) -> web.Response:
             status, _ = await ops.status(summary.job_id)
             epoch = status.epoch
         match = _MADE_ID.match(summary.job_id)
+        created = summary.created_at
         return {
             **msgspec.to_builtins(summary),
             "name": match.group("name") if match else summary.job_id,
-            "cluster": None if created is None else created.cluster,
-            "created_at": None if created is None else created.at,
-            "age_s": None if created is None else (now - created.at).total_seconds(),
+            "age_s": None if created is None else (now - created).total_seconds(),
             "epoch": epoch,
             "open_escalations": [i["id"] for i in items],
         }
@@ -393,7 +245,7 @@ async def _jobs(request: web.Request) -> web.Response:
     rendered = await _gather([row(s) for s in page])
     return _json(
         {
-            "total": len(rows),
+            "total": total,
             "offset": offset,
             "limit": limit,
             "clusters": ops.clusters,
@@ -414,7 +266,7 @@ async def _inbox(request: web.Request) -> web.Response:
     if job_id is not None:  # one job (its page): its Status now, not the index's
         rows = [JobSummary.of((await ops.status(job_id))[0])]
     else:
-        rows, _ = await app[_INDEX].jobs()
+        rows, _ = await ops.index.rows()
     candidates = [r for r in rows if r.hold is not None or not r.settled or r.state == "failed"]
     items = [i for group in await _gather([_open_for(app, r) for r in candidates]) for i in group]
     items.sort(key=lambda i: (SEVERITY_ORDER.get(i["severity"], 1), i["at"]))
@@ -515,7 +367,6 @@ async def _changes(request: web.Request) -> web.StreamResponse:
 
 
 async def _close_streams(app: web.Application) -> None:
-    await app[_INDEX].close()
     queues = app[_STREAMS]
     for queue in tuple(queues):
         with contextlib.suppress(asyncio.QueueFull):
@@ -526,9 +377,7 @@ def mount(app: web.Application, ops: Operations, auth: Authenticator) -> None:
     """Add the web page's routes (package docstring) to the API's application ``app``."""
     app[_OPS] = ops
     app[_AUTH] = auth
-    app[_CREATED] = {}
     app[_STREAMS] = set()
-    app[_INDEX] = _Index(ops)
     app.on_shutdown.append(_close_streams)
     app.router.add_get("/", _index)
     app.router.add_get("/ui/static/{name}", _asset)

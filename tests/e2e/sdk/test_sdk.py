@@ -45,6 +45,12 @@ def test_submit_status_list_record_and_watch_until_it_settles(up: Up, tmp_path: 
         wait(api, job, lambda s: s.state is State.RUNNING)
         assert job in [j.job_id for j in api.list([State.RUNNING]).jobs]
         assert job not in [j.job_id for j in api.list([State.SUCCEEDED]).jobs]
+        # Filtered and paged by the API: one row, with its cluster and creation time.
+        page = api.list([State.RUNNING], clusters=["local"], limit=1)
+        assert [(j.job_id, j.cluster) for j in page.jobs] == [(job, "local")]
+        assert (page.total, page.next_after) == (1, None)
+        assert page.jobs[0].created_at is not None
+        assert api.list(clusters=["mars"]).total == 0
         assert api.record(job).events[0].event.job_id == job
 
         seen: list[Status] = []

@@ -9,6 +9,7 @@ import msgspec
 import pytest
 from openapi_spec_validator.validation import OpenAPIV31SpecValidator
 
+from services.api.jobindex import LISTING_PARAMS
 from services.api.openapi import build_openapi
 from services.api.schemas import SubmitRequest
 from tests.integration.api.support import Api
@@ -46,6 +47,17 @@ async def test_the_document_covers_exactly_the_served_routes(api: Api) -> None:
     served -= page
     assert documented == served
     assert len(served) == 17
+
+
+async def test_the_listing_documents_exactly_the_parameters_it_reads(api: Api) -> None:
+    document = await _document(api)
+    params = document["paths"]["/v1/jobs"]["get"]["parameters"]
+    assert [(p["name"], p["in"]) for p in params] == [(n, "query") for n in LISTING_PARAMS]
+    # Each documented parameter is read: a value out of its schema is refused, naming it.
+    for name, bad in (("state", "x"), ("after", "A_B"), ("offset", "-1"), ("limit", "0")):
+        reply = await api.call("GET", f"/v1/jobs?{name}={bad}")
+        assert (reply.status, reply.error["field"]) == (400, name)
+    assert (await api.call("GET", "/v1/jobs?cluster=none")).body["total"] == 0
 
 
 async def test_the_submitted_spec_names_the_known_clusters(api: Api) -> None:

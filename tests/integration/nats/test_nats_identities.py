@@ -145,6 +145,14 @@ async def _refuse_everything_foreign(site: LockedNats, name: str) -> None:
             await probe.subscribe_refused(subject)
             tried += 1
         api = LAYOUT.api_prefix
+        # a consumer on a stream this identity doesn't follow (api follows the record and
+        # status streams: the jobs index; every identity follows fewer than all three)
+        unfollowed = [
+            s
+            for s in STREAMS
+            if not any(_matches(p, f"{api}.CONSUMER.CREATE.{s}.foreign") for p in mine.publish)
+        ]
+        assert unfollowed
         destructive = [
             *(f"{api}.STREAM.{op}.{s}" for s in STREAMS for op in ("DELETE", "PURGE", "UPDATE")),
             *(f"{api}.STREAM.MSG.DELETE.{s}" for s in STREAMS),
@@ -152,7 +160,7 @@ async def _refuse_everything_foreign(site: LockedNats, name: str) -> None:
             # the legacy ephemeral create, whose body may name (and update) any consumer
             *(f"{api}.CONSUMER.CREATE.{s}" for s in STREAMS),
             f"{api}.STREAM.CREATE.FOREIGN",
-            f"{api}.CONSUMER.CREATE.{LAYOUT.record_stream}.foreign",
+            *(f"{api}.CONSUMER.CREATE.{s}.foreign" for s in unfollowed),
             f"{api}.STREAM.LIST",
             f"{api}.ACCOUNT.PURGE",
         ]
@@ -202,6 +210,11 @@ async def test_api_identity(site: LockedNats, streams: None) -> None:
         assert await discoveries.get(("local", job)) is None
         async with statuses.watch((job,)):
             pass
+        # the jobs index: both streams' last seqs, and a feed of record appends
+        assert await statuses.stream_last_seq() >= 0
+        async with records.follow(after_seq=seq - 1) as appends:
+            assert (await anext(appends)) == (job, seq)
+        assert job in [j async for j, _ in records.scan_writer(WriterKind.API)]
         for store in (records, statuses, discoveries):
             await store.aclose()
         await nc.flush()

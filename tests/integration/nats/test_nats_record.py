@@ -186,6 +186,30 @@ async def test_list_jobs_and_counts(store: RecordStore) -> None:
     assert await store.stream_last_seq() == 6
 
 
+async def test_scan_writer_reads_one_writers_appends_across_jobs_in_pages(
+    nc: NATS, streams: Layout, store: RecordStore
+) -> None:
+    """What the API's jobs index learns every job's ``job.created`` from (a few batch reads,
+    not a read per job): only that writer kind's events, in stream order, past pages."""
+    api = RecordStore(nc, writer=WriterKind.API, layout=streams, page_size=2)
+    try:
+        mine = []
+        for job in ("job-b", "job-a", "job-c"):
+            seq = await api.append(job, f"created {job}".encode(), expected_last_seq=0,
+                msg_id=f"{job}:0")  # fmt: skip
+            mine.append((job, seq))
+            await store.append(job, b"not the api's", expected_last_seq=seq, msg_id=f"{job}:1")
+        scanned = [(job, e.seq, e.payload, e.writer) async for job, e in api.scan_writer(
+            WriterKind.API)]  # fmt: skip
+        assert scanned == [
+            (job, seq, f"created {job}".encode(), WriterKind.API) for job, seq in mine
+        ]
+        after = [job async for job, _ in api.scan_writer(WriterKind.API, mine[0][1])]
+        assert after == ["job-a", "job-c"]
+    finally:
+        await api.aclose()
+
+
 async def test_missing_stream_is_a_typed_error(nc: NATS) -> None:
     store = RecordStore(
         nc, writer=WriterKind.SUPERVISOR, layout=Layout(namespace="never-created"), attempts=1

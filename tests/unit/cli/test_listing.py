@@ -3,18 +3,19 @@ machine sees), cluster; the JOB/STATE/CAUSE columns stay first."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
-import msgspec
 import pytest
 
 from dispatch_ckpt import Checkpoints
-from dispatch_cli.client import ApiClient, JobList, JobSummary, RecordResponse
-from dispatch_cli.errors import ApiError
+from dispatch_cli.client import ApiClient, JobList, JobSummary, RecordResponse, UnreadableJob
 from dispatch_cli.listing import JobRow, age_text, jobs_page, latest_checkpoint, rows_table
 from dispatch_core import Cause, CauseKind, Provenance, State
 
+T = TypeVar("T")
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -71,42 +72,73 @@ def test_the_table_keeps_job_state_cause_first_and_adds_cluster_age_checkpoint()
     assert lines[2].split() == ["new-1", "pending", "none", "-", "-", "-", "-", "-", "no"]
 
 
-class _OneUnreadable(ApiClient):
-    """An API whose listing holds two jobs and one of whose records can't be read (422
-    record-unreadable, issue 10 item 4); no HTTP is made."""
+class _Listing(ApiClient):
+    """An API whose listing is given; it records each ``GET`` and refuses any record read
+    (the listing is one request whatever the number of jobs). No HTTP is made."""
 
-    def __init__(self, jobs: tuple[JobSummary, ...], unreadable: str) -> None:
-        self._jobs, self._unreadable = jobs, unreadable
+    def __init__(self, listing: JobList) -> None:
+        super().__init__("http://api.invalid", None)
+        self.listing = listing
+        self.asked: list[tuple[str, Mapping[str, str | list[str]] | None]] = []
 
-    def jobs(self, states: list[str] | None = None) -> JobList:
-        return JobList(jobs=self._jobs)
+    def get(
+        self, path: str, type_: type[T], query: Mapping[str, str | list[str]] | None = None
+    ) -> T:
+        self.asked.append((path, query))
+        assert type_ is JobList, path
+        return cast(T, self.listing)
 
     def record(self, job_id: str, after: int = 0) -> RecordResponse:
-        if job_id == self._unreadable:
-            raise ApiError(422, "record-unreadable", f"record of job {job_id!r}, event seq 4")
-        return msgspec.convert({"job_id": job_id, "events": []}, RecordResponse)
+        raise AssertionError(f"the listing read the record of {job_id}")
 
 
-def test_one_unreadable_record_leaves_the_listing_of_the_others_whole() -> None:
-    """A job whose record the API can't read is listed with its Status head alone; the
-    listing never fails for the other jobs (issue 10: that job's problem, never another's)."""
-    none = Cause(kind=CauseKind.NONE, provenance=Provenance.SCHEDULER)
-    heads = tuple(
-        JobSummary(job_id=j, state=State.RUNNING, cause=none, at=T0, seq=4, settled=False)
-        for j in ("bad-1", "good-1")
+NONE = Cause(kind=CauseKind.NONE, provenance=Provenance.SCHEDULER)
+
+
+def _head(job_id: str, **facts: Any) -> JobSummary:
+    return JobSummary(job_id=job_id, state=State.RUNNING, cause=NONE, at=T0, seq=4, settled=False,
+        **facts)  # fmt: skip
+
+
+def test_filters_and_paging_are_asked_of_the_api_in_one_request(tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    heads = (
+        _head("a-1", cluster="slurm", created_at=T0, checkpoint=str(root)),
+        _head("a-2", cluster="slurm", created_at=T0, checkpoint="s3://b/a-2"),
     )
-    page = jobs_page(_OneUnreadable(heads, "bad-1"), checkpoints=False)
-    assert [row.job.job_id for row in page.jobs] == ["bad-1", "good-1"]
-    assert page.jobs[0] == JobRow(job=heads[0])
+    unreadable = (UnreadableJob(job_id="bad-1", seq=4, message="does not decode"),)
+    api = _Listing(JobList(jobs=heads, unreadable=unreadable, total=7, next_after="a-2"))
+    page = jobs_page(
+        api, states=[State.RUNNING, State.HELD], clusters=["slurm"], after="a-0", limit=2
+    )
+    assert api.asked == [
+        (
+            "/v1/jobs",
+            {"state": ["running", "held"], "cluster": ["slurm"], "after": "a-0", "limit": "2"},
+        )
+    ]
+    assert [(r.job.job_id, r.cluster, r.created) for r in page.jobs] == [
+        ("a-1", "slurm", T0),
+        ("a-2", "slurm", T0),
+    ]
+    assert [r.latest_checkpoint for r in page.jobs] == [None, "s3"]  # root not there; s3
+    assert (page.next_after, page.total) == ("a-2", 7)
+    assert page.unreadable == ()  # named on the first page only
+
+    first = jobs_page(api, limit=50, checkpoints=False)
+    assert api.asked[-1] == ("/v1/jobs", {"limit": "50"})
+    assert first.unreadable == unreadable
 
 
-def test_an_api_failure_other_than_an_unreadable_record_still_fails_the_listing() -> None:
-    none = Cause(kind=CauseKind.NONE, provenance=Provenance.SCHEDULER)
-    head = JobSummary(job_id="x-1", state=State.RUNNING, cause=none, at=T0, seq=1, settled=False)
+def test_an_api_without_the_facts_lists_rows_with_unknown_cluster_and_age() -> None:
+    """An API older than the jobs index answers every job and no facts: rows say ``-``."""
+    page = jobs_page(_Listing(JobList(jobs=(_head("old-1"),))), checkpoints=False)
+    assert page.jobs == (JobRow(job=_head("old-1")),)
+    assert page.next_after is None
 
-    class _Failing(_OneUnreadable):
-        def record(self, job_id: str, after: int = 0) -> RecordResponse:
-            raise ApiError(500, "internal", "boom")
 
-    with pytest.raises(ApiError, match="boom"):
-        jobs_page(_Failing((head,), ""), checkpoints=False)
+def test_the_client_sends_offset_only_when_asked() -> None:
+    api = _Listing(JobList(jobs=()))
+    api.jobs(offset=100, limit=10)
+    api.jobs(offset=0)
+    assert api.asked == [("/v1/jobs", {"offset": "100", "limit": "10"}), ("/v1/jobs", None)]

@@ -1,0 +1,143 @@
+"""``GET /v1/jobs`` from the jobs index (services/api/jobindex.py): filters by state and
+cluster, pages (offset/limit and the ``after`` cursor) with the total, the facts of each
+row, and the index following the Status and record feeds rather than reading per request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from nats.aio.client import Client as NATS
+
+from dispatch_core import Cause, CauseKind, Level, Provenance, State, Status
+from tests.integration.api.support import SPEC, Api, now
+from tests.integration.api.test_api_poison import _poison
+
+pytestmark = pytest.mark.integration
+
+NONE = Cause(kind=CauseKind.NONE, provenance=Provenance.SCHEDULER)
+
+
+def status(job_id: str, state: State, seq: int) -> Status:
+    """A Status as the supervisor would publish it."""
+    return Status(job_id=job_id, level=Level.FULL, state=state, cause=NONE, at=now(), seq=seq)
+
+
+async def _jobs(api: Api, query: str = "") -> dict[str, Any]:
+    reply = await api.call("GET", f"/v1/jobs{query}")
+    assert reply.status == 200, reply.text
+    assert isinstance(reply.body, dict)
+    return reply.body
+
+
+def _ids(body: dict[str, Any]) -> list[str]:
+    jobs = body["jobs"]
+    assert isinstance(jobs, list)
+    return [j["job_id"] for j in jobs]
+
+
+async def test_filters_pages_and_the_total(api: Api) -> None:
+    ids = []
+    for i in range(6):
+        cluster = "other" if i % 3 == 0 else "local"
+        body = {"spec": {**SPEC, "cluster": cluster}, "job_id": f"job-{i}"}
+        reply = await api.call("POST", "/v1/jobs", body=body)
+        assert reply.status == 201, reply.text
+        ids.append(reply.body["job_id"])
+    for job_id in ids[:2]:
+        await api.publish(status(job_id, State.RUNNING, await api.records.last_seq(job_id)))
+
+    everything = await _jobs(api)
+    assert _ids(everything) == ids
+    assert (everything["total"], everything["offset"], everything["limit"]) == (6, 0, None)
+    assert everything["next_after"] is None
+
+    first = await _jobs(api, "?limit=4")
+    assert _ids(first) == ids[:4]
+    assert (first["total"], first["next_after"]) == (6, ids[3])
+    second = await _jobs(api, "?limit=4&offset=4")
+    assert _ids(second) == ids[4:]
+    assert (second["total"], second["next_after"]) == (6, None)
+    past = await _jobs(api, f"?limit=4&after={ids[3]}")
+    assert _ids(past) == ids[4:]
+    assert past["total"] == 2  # the jobs past the cursor
+
+    running = await _jobs(api, "?state=running")
+    assert (_ids(running), running["total"]) == (ids[:2], 2)
+    pending = await _jobs(api, "?state=pending&state=failed&limit=1")
+    assert (_ids(pending), pending["total"], pending["next_after"]) == ([ids[2]], 4, ids[2])
+
+    other = await _jobs(api, "?cluster=other")
+    assert _ids(other) == [ids[0], ids[3]]
+    assert _ids(await _jobs(api, "?cluster=other,mars&cluster=local")) == ids
+    both = await _jobs(api, "?cluster=local&state=running,pending&limit=2&offset=1")
+    assert (_ids(both), both["total"]) == ([ids[2], ids[4]], 4)
+    assert await _jobs(api, "?cluster=mars") == {
+        "jobs": [],
+        "unreadable": [],
+        "total": 0,
+        "offset": 0,
+        "limit": None,
+        "next_after": None,
+    }
+
+
+async def test_each_row_has_its_cluster_creation_and_checkpoint_root(api: Api) -> None:
+    before = now()
+    body = {"spec": {**SPEC, "cluster": "other", "checkpoint": "/ckpt/{job}"}}
+    job_id = (await api.call("POST", "/v1/jobs", body=body)).body["job_id"]
+    [row] = (await _jobs(api))["jobs"]
+    assert row["job_id"] == job_id
+    assert row["cluster"] == "other"
+    assert row["checkpoint"] == f"/ckpt/{job_id}"  # expanded at submission
+    assert row["created_at"] >= before.isoformat()[:19]
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["?limit=0", "?limit=x", "?offset=-1", "?after=Not_An_Id", "?state=sleeping"],
+)
+async def test_a_bad_paging_or_filter_parameter_is_400(api: Api, query: str) -> None:
+    reply = await api.call("GET", f"/v1/jobs{query}")
+    assert reply.status == 400, reply.text
+    assert reply.error["field"] == query[1:].split("=")[0]
+
+
+async def test_the_listing_follows_the_status_feed_without_reading_again(api: Api) -> None:
+    job_id = (await api.submit())["job_id"]
+    seq = await api.records.last_seq(job_id)
+    assert _ids(await _jobs(api, "?state=pending")) == [job_id]
+    assert api.ops.index.builds == 1
+
+    await api.publish(status(job_id, State.RUNNING, seq))
+    assert _ids(await _jobs(api, "?state=running")) == [job_id]
+    await api.publish(status(job_id, State.FAILED, seq))
+    assert _ids(await _jobs(api, "?state=failed")) == [job_id]
+    assert _ids(await _jobs(api, "?state=running")) == []
+
+    # A job submitted after the index was built is listed at once (the record feed), and
+    # so is a command on it while no Status is published for it (projected again).
+    later = (await api.submit(job_id="later"))["job_id"]
+    assert _ids(await _jobs(api, "?state=pending")) == [later]
+    assert (await api.command(later, "hold")).status == 200
+    assert _ids(await _jobs(api, "?state=held")) == [later]
+    assert _ids(await _jobs(api, "?state=pending")) == []
+    assert api.ops.index.builds == 1  # followed, never built again
+
+
+async def test_a_record_that_stops_reading_after_the_index_was_built_is_named(
+    api: Api, nc: NATS
+) -> None:
+    """The record feed marks the job; the next listing folds it, names the event apart and
+    marks the job's (now stale) Status ``unreadable``, and the other job is listed as ever."""
+    bad = (await api.submit(job_id="bad"))["job_id"]
+    good = (await api.submit(job_id="good"))["job_id"]
+    for job_id in (bad, good):
+        await api.publish(status(job_id, State.RUNNING, await api.records.last_seq(job_id)))
+    assert _ids(await _jobs(api, "?state=running")) == [bad, good]
+
+    seq = await _poison(api, nc, bad, "undecodable")
+    listing = await _jobs(api, "?state=running")
+    assert {j["job_id"]: j["unreadable"] for j in listing["jobs"]} == {bad: True, good: False}
+    assert [(u["job_id"], u["seq"]) for u in listing["unreadable"]] == [(bad, seq)]
+    assert api.ops.index.builds == 1
