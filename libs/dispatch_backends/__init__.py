@@ -11,6 +11,7 @@ from dispatch_backends.config import (
 )
 from dispatch_backends.options import InvalidOption, check_options
 from dispatch_backends.protocol import (
+    OUTPUT_CHUNK_LIMIT,
     Backend,
     BackendError,
     CessationAnswer,
@@ -19,6 +20,10 @@ from dispatch_backends.protocol import (
     EmergencyStopper,
     LaunchRefusedError,
     LaunchUnknownError,
+    OutputChunk,
+    OutputNotFound,
+    OutputReader,
+    OutputStream,
     Snapshot,
     Unreachable,
     close_backend,
@@ -26,6 +31,7 @@ from dispatch_backends.protocol import (
 )
 
 __all__ = [
+    "OUTPUT_CHUNK_LIMIT",
     "Backend",
     "BackendError",
     "BackendNotAvailable",
@@ -39,6 +45,10 @@ __all__ = [
     "InvalidOption",
     "LaunchRefusedError",
     "LaunchUnknownError",
+    "OutputChunk",
+    "OutputNotFound",
+    "OutputReader",
+    "OutputStream",
     "Snapshot",
     "Unreachable",
     "check_options",

@@ -12,8 +12,9 @@ metadata). An object named for a job whose N and a can't be read is reported wit
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Collection, Mapping
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import ClassVar, Final, Protocol, runtime_checkable
 
 import msgspec
 
@@ -21,6 +22,7 @@ from dispatch_core.state import Declarations, ObjectRef, ObservedObject, UtcDate
 from dispatch_core.steps import Launch
 
 __all__ = [
+    "OUTPUT_CHUNK_LIMIT",
     "Backend",
     "BackendError",
     "CessationAnswer",
@@ -28,6 +30,10 @@ __all__ = [
     "EmergencyStopper",
     "LaunchRefusedError",
     "LaunchUnknownError",
+    "OutputChunk",
+    "OutputNotFound",
+    "OutputReader",
+    "OutputStream",
     "Snapshot",
     "Unreachable",
     "object_name",
@@ -184,6 +190,73 @@ class Closable(Protocol):
 
     async def aclose(self) -> None:
         """Release the backend's resources; calling it twice is not an error."""
+        ...
+
+
+class OutputStream(enum.StrEnum):
+    """Which output of an object: its standard output or its standard error."""
+
+    STDOUT = "stdout"
+    STDERR = "stderr"
+
+
+OUTPUT_CHUNK_LIMIT: Final = 256 * 1024
+"""The most bytes one :meth:`OutputReader.read_output` returns (a chunk travels in one NATS
+message: base64 in JSON, well under nats-server's default 1 MiB payload)."""
+
+
+class OutputChunk(msgspec.Struct, frozen=True, kw_only=True):
+    """A bounded piece of an object's output, read from a byte offset.
+
+    Attributes:
+        data: the bytes read (at most the limit asked for); empty at the end of what exists.
+        offset: the byte offset ``data`` starts at.
+        size: the output's size in bytes when it was read (``offset + len(data) < size``:
+            more can be read at once).
+        live: whether more may still be written (the object has not ended); an ended
+            object's output is complete once ``offset + len(data) == size``.
+        where: where the output is, for a person (a file path, ``pod <ns>/<name>``).
+    """
+
+    data: bytes
+    offset: int
+    size: int
+    live: bool
+    where: str = ""
+
+    @property
+    def next_offset(self) -> int:
+        """The offset to read from next."""
+        return self.offset + len(self.data)
+
+    @property
+    def complete(self) -> bool:
+        """Whether nothing more will ever come after this chunk."""
+        return not self.live and self.next_offset >= self.size
+
+
+class OutputNotFound(BackendError):
+    """The object (or its output) is not known to the backend: never made, or forgotten."""
+
+
+@runtime_checkable
+class OutputReader(Protocol):
+    """Optional: read an object's output (``dispatch logs``; issue 16 item 2)."""
+
+    async def read_output(
+        self, ref: ObjectRef, stream: OutputStream, offset: int, limit: int
+    ) -> OutputChunk:
+        """Read at most ``limit`` bytes (capped at :data:`OUTPUT_CHUNK_LIMIT`) of ``ref``'s
+        ``stream`` from byte ``offset`` on.
+
+        An output not written yet (a pending object) reads as empty and live. An offset past
+        the end reads as empty at that offset.
+
+        Raises:
+            OutputNotFound: no such object, or its output is not kept where it can be read.
+            Unreachable: where the output is could not be read now.
+            ValueError: a negative offset or limit.
+        """
         ...
 
 

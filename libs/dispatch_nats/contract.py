@@ -46,6 +46,11 @@ Subjects (`<job>` and `<cluster>` are tokens of lower-case letters, digits and `
     error. Short-lived by nature, so it is not stored: a reader that missed one waits for
     the next.
 
+`dispatch.logs.<cluster>` (core NATS request/reply, no stream)
+    The API asks the observer of `<cluster>` (the only holder of its backend) for a bounded
+    chunk of an object's output (`dispatch logs`); the reply goes to the API's own inbox.
+    Only the API may publish there and only that cluster's observer may subscribe.
+
 Every stream is created by `ensure_streams` at start-up (idempotent; a stream that exists
 with a contradicting configuration is an error, not silently changed). Replicas are
 configurable: 1 for a single server, 3 in production.
@@ -356,6 +361,20 @@ class Layout:
     def observer_filter(self) -> str:
         """`dispatch.observer.*`: every cluster's heartbeat."""
         return f"{self.root}.observer.*"
+
+    def logs_subject(self, cluster: str) -> str:
+        """Return `dispatch.logs.<cluster>`, where the API asks the cluster's observer for a
+        chunk of an object's output (core NATS request/reply; `dispatch logs`).
+
+        Raises:
+            InvalidName: `cluster` is not a subject-safe token.
+        """
+        return f"{self.root}.logs.{validate_cluster(cluster)}"
+
+    @property
+    def logs_filter(self) -> str:
+        """`dispatch.logs.*`: every cluster's output requests (what the API may publish)."""
+        return f"{self.root}.logs.*"
 
     def latest_prefix(self, kind: StreamKind) -> str:
         """Subject prefix of a latest-value stream, e.g. `dispatch.status`.

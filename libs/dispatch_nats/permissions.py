@@ -9,7 +9,8 @@ identity            may
 ==================  ==========================================================================
 ``api``             append under its own writer kind (``dispatch.record.*.api``); read the
                     record, statuses and discoveries; follow statuses (the SSE stream, the
-                    jobs index) and record appends (the jobs index)
+                    jobs index) and record appends (the jobs index); request output
+                    chunks from observers (``dispatch.logs.*``, ``dispatch logs``)
 ``supervisor``      append as ``supervisor``; publish statuses and pass requests; read
                     everything it folds (the record's last seq and Discoveries also from the
                     stream leader, ``STREAM.MSG.GET``); its three shared durable consumers
@@ -17,7 +18,9 @@ identity            may
 ``notifier``        append as ``notifier`` (deliveries); read the record; its durable
                     consumer on the record stream (``<durable>``)
 ``observer-<c>``    publish the Discoveries of cluster ``<c>`` and its heartbeat
-                    ``dispatch.observer.<c>``; read the discovery stream
+                    ``dispatch.observer.<c>``; read the discovery stream; answer the
+                    output requests of its own cluster (subscribe ``dispatch.logs.<c>``,
+                    reply once to each request's reply subject: ``allow_responses``)
 ``reader``          (optional, for people and tools that read the public contract) read and
                     follow the record, statuses, discoveries and heartbeats (JetStream and
                     core subscriptions); JetStream account info; publish nothing else
@@ -25,7 +28,9 @@ identity            may
 
 Common to all: each identity uses its own inbox prefix (:func:`inbox_prefix`,
 ``_INBOX.<identity>``, nats-py's ``inbox_prefix``) and may subscribe to ``_INBOX.<identity>.>``
-only, so no identity can read another's replies, and no identity may publish into any inbox.
+only, so no identity can read another's replies, and no identity may publish into any inbox
+(an observer answers an output request through nats-server's ``allow_responses``: one reply,
+to the reply subject of a request it received, never an inbox of its choosing).
 The JetStream API is granted subject by subject (never ``$JS.API.>``): ``STREAM.INFO`` of the
 contract's streams, ``DIRECT.GET`` of those it reads, consumer create/info/next and acks of the
 consumers it really uses. Nobody may delete or purge a stream or a consumer, update a stream,
@@ -207,13 +212,19 @@ class Permissions:
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
     deny_publish: tuple[str, ...] = ()
+    allow_responses: bool = False
+    """Whether the identity may publish one reply to the reply subject of each request it
+    received (nats-server ``allow_responses``: at most one message, within two minutes)."""
 
     def as_config(self) -> dict[str, Any]:
         """The ``permissions`` object of a nats-server user."""
         publish: dict[str, Any] = {"allow": list(self.publish)}
         if self.deny_publish:
             publish["deny"] = list(self.deny_publish)
-        return {"publish": publish, "subscribe": {"allow": list(self.subscribe)}}
+        out: dict[str, Any] = {"publish": publish, "subscribe": {"allow": list(self.subscribe)}}
+        if self.allow_responses:
+            out["allow_responses"] = {"max": 1}
+        return out
 
     def publish_allowed(self, subject: str) -> bool:
         """Whether nats-server lets this identity publish to the literal ``subject``."""
@@ -294,6 +305,8 @@ def permissions(
             pub += js.info(rec, stat) + js.direct_get(rec, stat, disc)
             # the jobs index (services/api/jobindex.py) follows statuses and record appends
             pub += js.ordered(stat, rec)
+            # `dispatch logs`: output chunks asked of each cluster's observer
+            pub.append(layout.logs_filter)
         case Role.SUPERVISOR:
             pub += [
                 layout.record_writer_filter(WriterKind.SUPERVISOR),
@@ -320,6 +333,8 @@ def permissions(
                 layout.observer_subject(identity.cluster),
             ]
             pub += js.direct_get(disc)
+            # `dispatch logs`: its own cluster's output requests, answered once each
+            sub.append(layout.logs_subject(identity.cluster))
         case Role.READER:
             pub += js.info(rec, disc, stat) + js.direct_get(rec, disc, stat)
             pub += js.ordered(rec, disc, stat)
@@ -342,6 +357,7 @@ def permissions(
         publish=tuple(dict.fromkeys(pub)),
         subscribe=tuple(sub),
         deny_publish=tuple(dict.fromkeys(deny)),
+        allow_responses=identity.role is Role.OBSERVER,
     )
 
 

@@ -4,6 +4,8 @@ Routes (every ``/v1`` route needs ``Authorization: Bearer <token>``):
 
 * ``POST /v1/jobs`` submit; ``GET /v1/jobs?state=...`` list; ``GET /v1/jobs/{job}`` Status;
   ``GET /v1/jobs/{job}/record?after=N`` events; ``GET /v1/jobs/{job}/stream`` SSE of Status;
+  ``GET /v1/jobs/{job}/logs?execution=&stream=&offset=&follow=&limit=`` an execution's output
+  (streamed; asked of the cluster's observer, services/api/output.py);
 * ``POST /v1/jobs/{job}/{command}`` for ``hold``, ``release``, ``resubmit``, ``cancel``,
   ``give-up``, ``abandon``, ``supersede``, ``emergency-stop``;
 * ``GET /v1/escalations?delivered=true|false&job=...``;
@@ -27,6 +29,7 @@ import msgspec
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from dispatch_backends import OUTPUT_CHUNK_LIMIT, OutputStream
 from dispatch_core import DecodeError, DispatchError, Status, decode, encode, is_job_id
 from dispatch_nats import LatestEntry, LatestFeed, NatsStoreError, PayloadTooLarge
 from services.api.auth import Authenticator
@@ -35,6 +38,12 @@ from services.api.jobindex import parse_listing
 from services.api.metrics import ApiMetrics
 from services.api.openapi import IDEMPOTENCY_KEY_PATTERN, build_openapi
 from services.api.operations import MAX_SEQ, Operations
+from services.api.output import (
+    OutputClient,
+    OutputUnsupported,
+    execution_object,
+    wait_for_object,
+)
 from services.api.schemas import COMMAND_REQUESTS, ErrorBody, ErrorDetail
 from services.api.web import mount as mount_web
 from services.common.http import health_app
@@ -60,6 +69,8 @@ _METRICS: Final = web.AppKey("metrics", ApiMetrics)
 _STREAMS: Final[web.AppKey[set[asyncio.Queue[LatestEntry | None]]]] = web.AppKey("streams")
 _HEARTBEAT: Final = web.AppKey("heartbeat_s", float)
 _OPENAPI: Final = web.AppKey("openapi", bytes)
+_OUTPUT: Final = web.AppKey("output", OutputClient)
+_MAX_OFFSET: Final = 2**62
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -214,6 +225,90 @@ async def _escalations(request: web.Request) -> web.Response:
     return _json(await request.app[_OPS].escalations(delivered=delivered, job_id=job_id))
 
 
+def _query_int(request: web.Request, name: str, low: int, high: int) -> int | None:
+    raw = request.query.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be an integer in {low}..{high}, got {raw!r}", field=name)
+    return value
+
+
+def _query_bool(request: web.Request, name: str) -> bool:
+    raw = request.query.get(name, "false")
+    if raw not in ("true", "false"):
+        raise BadRequest(f"{name} must be true or false, got {raw!r}", field=name)
+    return raw == "true"
+
+
+async def _logs(request: web.Request) -> web.StreamResponse:
+    """An execution's output, streamed as it is read from the cluster's observer (see
+    services/api/output.py); with ``follow=true`` until the execution ends."""
+    request.app[_AUTH].authenticate(request.headers.get("Authorization"))
+    if _OUTPUT not in request.app:
+        raise OutputUnsupported("this API reads no output (it has no NATS connection for it)")
+    output = request.app[_OUTPUT]
+    ops = request.app[_OPS]
+    job_id = request.match_info["job"]
+    execution = _query_int(request, "execution", 1, MAX_SEQ)
+    offset = _query_int(request, "offset", 0, _MAX_OFFSET) or 0
+    limit = _query_int(request, "limit", 0, _MAX_OFFSET)
+    follow = _query_bool(request, "follow")
+    raw_stream = request.query.get("stream", OutputStream.STDOUT.value)
+    try:
+        stream = OutputStream(raw_stream)
+    except ValueError:
+        raise BadRequest(
+            f"stream must be stdout or stderr, got {raw_stream!r}", field="stream"
+        ) from None
+    job = await ops.job(job_id)  # 404 before anything else when there is no such job
+    if follow:  # an execution not launched yet is waited for (until the job has an outcome)
+        found = await wait_for_object(lambda: ops.job(job_id), execution, output.poll_s)
+    else:
+        found = execution_object(job, execution)
+    if found is None:
+        which = f"execution {execution}" if execution is not None else "an execution"
+        raise NotFound(f"job {job_id!r} has no {which} (nothing was launched for it)")
+    number, ref = found
+    first = await output.read(
+        ref, stream, offset, OUTPUT_CHUNK_LIMIT if limit is None else min(limit, OUTPUT_CHUNK_LIMIT)
+    )
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "application/octet-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+            "Dispatch-Execution": str(number),
+            "Dispatch-Object": str(ref),
+            "Dispatch-Output-Location": first.where,
+            "Dispatch-Output-Live": "true" if first.live else "false",
+        }
+    )
+    await response.prepare(request)
+    try:
+        async for chunk in output.chunks(
+            ref, stream, offset, follow=follow, limit=limit, first=first
+        ):
+            if chunk.data:
+                await response.write(chunk.data)
+    except ApiError as err:
+        # The answer is under way: cut it short, so the client sees an incomplete body
+        # rather than a complete one.
+        log.warning("logs.cut", extra={"job_id": job_id, "object": str(ref), "error": str(err)})
+        if request.transport is not None:
+            request.transport.close()
+        return response
+    except ConnectionResetError:
+        log.debug("logs.client_gone", extra={"job_id": job_id})
+        return response
+    await response.write_eof()
+    return response
+
+
 async def _openapi(request: web.Request) -> web.Response:
     return web.Response(body=request.app[_OPENAPI], content_type=_JSON)
 
@@ -347,6 +442,7 @@ def make_app(
     ready: asyncio.Event,
     max_body_bytes: int = 1024 * 1024,
     sse_heartbeat_s: float = 15.0,
+    output: OutputClient | None = None,
 ) -> web.Application:
     """Return the API's aiohttp application.
 
@@ -358,6 +454,8 @@ def make_app(
         ready: set once NATS is connected and the streams exist (``/healthz`` answers 200).
         max_body_bytes: the largest request body (413 beyond).
         sse_heartbeat_s: seconds between heartbeat comments on an idle SSE stream.
+        output: how output is asked of the observers (``/v1/jobs/{job}/logs``; without it
+            that route answers 501).
     """
     app = web.Application(client_max_size=max_body_bytes, middlewares=[_errors_and_metrics])
     # /healthz and /metrics are every service's own (services.common.http).
@@ -370,6 +468,8 @@ def make_app(
     app[_STREAMS] = set()
     app[_HEARTBEAT] = sse_heartbeat_s
     app[_OPENAPI] = msgspec.json.encode(build_openapi(ops.clusters))
+    if output is not None:
+        app[_OUTPUT] = output
     app.on_shutdown.append(_close_streams)
     app.router.add_get("/openapi.json", _openapi)
     app.router.add_post("/v1/jobs", _submit)
@@ -378,6 +478,7 @@ def make_app(
     app.router.add_get("/v1/jobs/{job}", _status)
     app.router.add_get("/v1/jobs/{job}/record", _record)
     app.router.add_get("/v1/jobs/{job}/stream", _stream)
+    app.router.add_get("/v1/jobs/{job}/logs", _logs)
     for command in COMMAND_REQUESTS:
         app.router.add_post(f"/v1/jobs/{{job}}/{command}", _command_handler(command))
     mount_web(app, ops, auth)  # the operator's web page at / (services/api/web)

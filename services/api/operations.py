@@ -384,6 +384,21 @@ class Operations:
             raise NotFound(f"no job {job_id!r}")
         return await self._project(folded.job), "api"
 
+    async def job(self, job_id: str) -> Job:
+        """Return the job's record folded to its end (``dispatch logs`` finds its objects
+        there).
+
+        Raises:
+            NotFound: no record for ``job_id``.
+            UnreadableRecord: the record holds an event that can't be read.
+        """
+        if not is_job_id(job_id):
+            raise NotFound(f"no job {job_id!r}: not a job id")
+        folded = await self._load(job_id)
+        if folded is None:
+            raise NotFound(f"no job {job_id!r}")
+        return folded.job
+
     async def exists(self, job_id: str) -> bool:
         """Return whether the job has a record or a published Status."""
         if not is_job_id(job_id):

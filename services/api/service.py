@@ -18,6 +18,7 @@ from services.api.clusters import ApiClusters, load_clusters_file
 from services.api.config import ApiConfig
 from services.api.metrics import ApiMetrics
 from services.api.operations import Operations
+from services.api.output import OutputClient
 from services.common.config import ConfigError
 from services.common.http import start_http
 from services.common.lifecycle import connect_nats, drain, ensure_streams_until
@@ -102,6 +103,7 @@ async def run(
             ready=ready,
             max_body_bytes=cfg.max_body_bytes,
             sse_heartbeat_s=cfg.sse_heartbeat_s,
+            output=OutputClient(nc, layout=layout),
         )
         runner, port = await start_http(app, cfg.http_host, cfg.http_port)
         stack.push_async_callback(runner.cleanup)

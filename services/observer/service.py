@@ -17,6 +17,9 @@ neither lists nor accounts for is left out and never reported vanished: absence 
 nothing. At start-up the last Discovery of each of the cluster's jobs is read back from the
 stream, so a restart publishes nothing twice and keeps expecting what it last saw alive.
 
+It also answers the API's requests for a chunk of an object's output on
+``dispatch.logs.<cluster>`` (services/observer/output.py; ``dispatch logs``).
+
 After each poll a heartbeat goes to ``dispatch.observer.<cluster>``: reachable, or
 unreachable with the error. An unreachable scheduler publishes no Discovery, so no job's
 state changes.
@@ -54,6 +57,7 @@ from services.common.lifecycle import (
 from services.observer.config import ObserverConfig
 from services.observer.heartbeat import Heartbeat, encode_heartbeat
 from services.observer.metrics import ObserverMetrics
+from services.observer.output import OutputServer
 
 __all__ = ["Observer", "PollResult", "run"]
 
@@ -402,6 +406,9 @@ async def run(
         )
         if await retry_until_stopped(stop, "observer.load", _loaded(observer)) is None:
             return
+        output = OutputServer(backend, nc, layout=layout)
+        await output.start()  # `dispatch logs`: this cluster's output requests
+        stack.push_async_callback(output.aclose)
         ready.set()
         log.info(
             "observer.started",

@@ -16,10 +16,14 @@ from dispatch_backends.local.errors import AdminHeldError, ObjectNotFound
 from dispatch_backends.local.faults import Faults
 from dispatch_backends.local.files import _Meta, _utcnow
 from dispatch_backends.local.store import _Store
+from dispatch_backends.output import check_window, read_file_chunk
 from dispatch_backends.protocol import (
     CessationAnswer,
     LaunchRefusedError,
     LaunchUnknownError,
+    OutputChunk,
+    OutputNotFound,
+    OutputStream,
     Snapshot,
     Unreachable,
 )
@@ -38,8 +42,9 @@ log = logging.getLogger("dispatch_backends.local")
 
 class LocalBackend:
     """Process groups on this machine, behind the :class:`~dispatch_backends.Backend` Protocol
-    (also a :class:`~dispatch_backends.CessationSignal` and an
-    :class:`~dispatch_backends.EmergencyStopper`). See the module docstring.
+    (also a :class:`~dispatch_backends.CessationSignal`, an
+    :class:`~dispatch_backends.EmergencyStopper` and an
+    :class:`~dispatch_backends.OutputReader`). See the module docstring.
 
     Every method that touches the data directory or a process runs in a worker thread
     (``asyncio.to_thread``), so the event loop is never blocked by a spawn or a scan.
@@ -384,3 +389,41 @@ class LocalBackend:
     def _cessation(self, ref: ObjectRef) -> CessationAnswer:
         self._store.take_fault(self._cluster, "cessation")
         return self._store.cessation(ref.id, self.object_dir(ref))
+
+    async def read_output(
+        self, ref: ObjectRef, stream: OutputStream, offset: int, limit: int
+    ) -> OutputChunk:
+        """Read ``ref``'s ``stdout`` or ``stderr`` file (in its object directory, live or
+        archived) from byte ``offset``, at most ``limit`` bytes (capped at
+        ``OUTPUT_CHUNK_LIMIT``). Live until the runner wrote how the object ended
+        (``status.json``); a pending object's output is empty and live.
+
+        Raises:
+            OutputNotFound: no such object (live or archived).
+            Unreachable: the file can't be read.
+            ValueError: a negative offset or limit.
+        """
+        check_window(offset, limit)
+        return await asyncio.to_thread(self._read_output, ref, stream, offset, limit)
+
+    def _read_output(
+        self, ref: ObjectRef, stream: OutputStream, offset: int, limit: int
+    ) -> OutputChunk:
+        try:
+            path = self.object_dir(ref)
+        except ObjectNotFound as err:
+            raise OutputNotFound(self._cluster, err.detail) from None
+        name = _r.STDOUT_FILE if stream is OutputStream.STDOUT else _r.STDERR_FILE
+        # Decided before the read: an object that ends in between is read once more.
+        live = path.parent == self._store.objects and not (path / _r.STATUS_FILE).exists()
+        try:
+            chunk = read_file_chunk(path / name, offset, limit, live=live)
+        except OSError as err:
+            raise Unreachable(self._cluster, f"cannot read {path / name}: {err}") from err
+        if not live or chunk.data or (path / name).exists():
+            return chunk
+        # archived between finding the directory and reading it: read it where it went
+        moved = self._store.find(ref.id, archived=True)
+        if moved is None or moved == path:
+            return chunk
+        return read_file_chunk(moved / name, offset, limit, live=False)
