@@ -44,6 +44,7 @@ __all__ = [
     "EscalationView",
     "JobList",
     "JobSummary",
+    "OutputResponse",
     "RecordResponse",
     "RecordedEvent",
     "SseMessage",
@@ -416,6 +417,48 @@ class ApiClient:
         """``POST /v1/jobs/{job}/{command}``."""
         return self.post(f"/v1/jobs/{_quote(job_id)}/{command}", body, CommandResponse, key=key)
 
+    def logs(
+        self,
+        job_id: str,
+        *,
+        execution: int | None = None,
+        stream: str = "stdout",
+        offset: int = 0,
+        follow: bool = False,
+        limit: int | None = None,
+    ) -> OutputResponse:
+        """Open ``GET /v1/jobs/{job}/logs``: the output of execution ``execution`` (default:
+        the latest), ``stream`` (``stdout`` or ``stderr``) from byte ``offset``, at most
+        ``limit`` bytes; with ``follow`` the answer runs until the execution ends (then no
+        read timeout applies: a quiet job sends nothing for as long as it is quiet).
+
+        Raises:
+            Unreachable: nothing answers at the address.
+            ApiError: the API refused it (401, 404 no such job or execution, 501 the
+                cluster's backend reads no output, 503 its observer did not answer).
+        """
+        query: dict[str, str | list[str]] = {"stream": stream}
+        if execution is not None:
+            query["execution"] = str(execution)
+        if offset:
+            query["offset"] = str(offset)
+        if follow:
+            query["follow"] = "true"
+        if limit is not None:
+            query["limit"] = str(limit)
+        req = urllib.request.Request(
+            self._url(f"/v1/jobs/{_quote(job_id)}/logs", query),
+            headers=self._headers({"Accept": "application/octet-stream"}),
+        )
+        try:
+            response = self._opener.open(req, timeout=None if follow else self.timeout_s)
+        except urllib.error.HTTPError as err:
+            raise self._error(err) from None
+        except (urllib.error.URLError, http.client.HTTPException, OSError) as err:
+            reason = err.reason if isinstance(err, urllib.error.URLError) else err
+            raise Unreachable(self.url, _why(reason)) from None
+        return OutputResponse(self.url, response)
+
     def stream(
         self, job_id: str, *, last_event_id: str | None = None, read_timeout_s: float = 60.0
     ) -> Iterator[SseMessage]:
@@ -449,6 +492,50 @@ class ApiClient:
                 yield from _parse_sse(response)
             except (http.client.HTTPException, OSError) as err:
                 raise Unreachable(self.url, f"the stream was lost: {_why(err)}") from None
+
+
+class OutputResponse:
+    """An execution's output as ``GET /v1/jobs/{job}/logs`` sends it: what it is (the
+    headers), then its bytes as they come (iterate; close when done)."""
+
+    def __init__(self, url: str, response: http.client.HTTPResponse) -> None:
+        self._url = url
+        self._response = response
+        headers = response.headers
+        self.execution = int(headers.get("Dispatch-Execution", "0") or 0)
+        """The execution (submission N) whose output this is."""
+        self.object = headers.get("Dispatch-Object", "")
+        """The object (``<cluster>/<id>``) whose output this is."""
+        self.location = headers.get("Dispatch-Output-Location", "")
+        """Where the output is (a file path, a pod), for a person."""
+        self.live = headers.get("Dispatch-Output-Live", "") == "true"
+        """Whether the object had not ended when the answer began."""
+
+    def __iter__(self) -> Iterator[bytes]:
+        """Yield the output's bytes as they arrive, until the API ends the answer.
+
+        Raises:
+            Unreachable: the answer was cut short (the observer stopped answering, or the
+                connection was lost).
+        """
+        try:
+            while True:
+                data = self._response.read1(64 * 1024)
+                if not data:
+                    return
+                yield data
+        except (http.client.HTTPException, OSError) as err:
+            raise Unreachable(self._url, f"the output was cut short: {_why(err)}") from None
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._response.close()
+
+    def __enter__(self) -> OutputResponse:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _parse_sse(response: http.client.HTTPResponse) -> Iterator[SseMessage]:

@@ -49,6 +49,7 @@ from dispatch_cli.render import (
 from dispatch_cli.sbatch import build_sbatch_submission, plan_summary
 from dispatch_cli.watching import Watcher
 from dispatch_core import JobCreated, State
+from dispatch_sdk import Client
 
 __all__ = ["cli", "main"]
 
@@ -620,6 +621,9 @@ def status(
             else None
         )
     _echo(status_detail(current, escalations, cluster=cluster, command=command))
+    where = _output_location(target, job)
+    if where:
+        _echo(where)
     if events:
         _echo("record")
         for entry in record.events:
@@ -650,6 +654,50 @@ def watch(target: Target, job: str) -> int:
       dispatch watch digits-k3x9ab2c --json | jq -r .state
     """
     return _watch(target.client(), job, target.json)
+
+
+def _sdk(target: Target, *, timeout_s: float = 30.0) -> Client:
+    return Client(target.url, target.token, timeout_s=timeout_s)
+
+
+def _output_location(target: Target, job: str) -> str:
+    """``output: <where> (dispatch logs JOB)`` for ``status JOB``; empty when the API can't
+    say (nothing launched yet, a backend that reads no output, an observer not answering)."""
+    try:
+        with _sdk(target, timeout_s=10.0).logs(job, limit=0) as answer:
+            where = answer.location or answer.object
+            return f"output: {where}  (execution {answer.execution}: dispatch logs {job})"
+    except CliError:
+        return ""
+
+
+@cli.command(short_help="Print a job's output (stdout or stderr).")
+@click.argument("job", shell_complete=complete_job_ids)
+@click.option(
+    "--execution", type=click.IntRange(1), metavar="N",
+    help="The execution (submission N) to show [default: the latest].",
+)  # fmt: skip
+@click.option("--follow", "-f", is_flag=True, help="Keep printing until the execution ends.")
+@click.option("--stderr", is_flag=True, help="Print the standard error instead.")
+@client_options
+def logs(target: Target, job: str, execution: int | None, follow: bool, stderr: bool) -> int:
+    """Print the output of a job's execution, read where the cluster keeps it (local: the
+    object's files; Slurm: the job's output files) by the cluster's observer. With --follow
+    new output is printed as it comes and the command ends when the execution ends (one
+    not launched yet is waited for). `dispatch status JOB` shows where the output is.
+
+    \b
+    Examples:
+      dispatch logs digits-k3x9ab2c
+      dispatch logs digits-k3x9ab2c --follow
+      dispatch logs digits-k3x9ab2c --execution 1 --stderr
+    """
+    out = sys.stdout.buffer
+    with _sdk(target).logs(job, execution=execution, stderr=stderr, follow=follow) as answer:
+        for data in answer:
+            out.write(data)
+            out.flush()
+    return EXIT_OK
 
 
 @cli.command(short_help="List escalations waiting for a person.")

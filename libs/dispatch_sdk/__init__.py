@@ -28,6 +28,7 @@ from dispatch_cli.client import (
     EscalationView,
     JobList,
     JobSummary,
+    OutputResponse,
     RecordResponse,
     SubmitResponse,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "EscalationView",
     "JobList",
     "JobSummary",
+    "OutputResponse",
     "RecordResponse",
     "State",
     "Status",

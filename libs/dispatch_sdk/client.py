@@ -18,6 +18,7 @@ from dispatch_cli.client import (
     CommandResponse,
     EscalationList,
     JobList,
+    OutputResponse,
     RecordResponse,
     SubmitResponse,
     new_idempotency_key,
@@ -190,6 +191,36 @@ class Client:
                     raise
             losses += 1
 
+    def logs(
+        self,
+        job_id: str,
+        *,
+        execution: int | None = None,
+        stderr: bool = False,
+        offset: int = 0,
+        follow: bool = False,
+        limit: int | None = None,
+    ) -> OutputResponse:
+        """An execution's output (``GET /v1/jobs/{job}/logs``): iterate the answer for its
+        bytes; its ``location`` says where the output is. ``execution`` is the submission N
+        (default: the latest); ``stderr`` reads the standard error; with ``follow`` the
+        bytes keep coming until the execution ends (one not launched yet is waited for).
+        Use it as a context manager (or ``close()`` it).
+
+        Raises:
+            Unreachable: nothing answers at the address; iterating: the answer was cut short.
+            ApiError: 404 no such job or execution, 501 the cluster's backend reads no
+                output, 503 its observer did not answer.
+        """
+        return self._api.logs(
+            job_id,
+            execution=execution,
+            stream="stderr" if stderr else "stdout",
+            offset=offset,
+            follow=follow,
+            limit=limit,
+        )
+
     # -- operator commands (seed 002): each answers the job's new Status and the events -----
 
     def command(
@@ -354,6 +385,38 @@ class AsyncClient:
                 yield item
         finally:
             statuses.close()
+
+    async def logs(
+        self,
+        job_id: str,
+        *,
+        execution: int | None = None,
+        stderr: bool = False,
+        offset: int = 0,
+        follow: bool = False,
+        limit: int | None = None,
+    ) -> AsyncIterator[bytes]:
+        """See :meth:`Client.logs`: ``async for data in api.logs(job, follow=True)``."""
+        answer = await self._run(
+            self._sync.logs,
+            job_id,
+            execution=execution,
+            stderr=stderr,
+            offset=offset,
+            follow=follow,
+            limit=limit,
+        )
+        chunks = iter(answer)
+        done = object()
+        try:
+            while True:
+                data = await asyncio.to_thread(next, chunks, done)
+                if data is done:
+                    return
+                assert isinstance(data, bytes)
+                yield data
+        finally:
+            await asyncio.to_thread(answer.close)
 
     async def command(
         self, job_id: str, command: str, body: Mapping[str, Any], *, key: str | None = None

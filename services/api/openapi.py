@@ -316,6 +316,83 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        "/v1/jobs/{job}/logs": {
+            "get": {
+                "operationId": "getLogs",
+                "summary": "An execution's output (stdout or stderr), streamed.",
+                "description": (
+                    "The output of one execution (submission N) of the job: the output of "
+                    "the latest object launched for it, read by the cluster's observer "
+                    "(local: the object's files; Slurm: the job's output files). The body "
+                    "is the raw bytes from `offset` on, sent as they are read. Headers: "
+                    "`Dispatch-Execution` (N), `Dispatch-Object` (`<cluster>/<id>`), "
+                    "`Dispatch-Output-Location` (where the output is) and "
+                    "`Dispatch-Output-Live` (whether more may come). With `follow=true` an "
+                    "execution not launched yet is waited for, and the body runs until the "
+                    "object has ended and everything was sent. An error once the body has "
+                    "begun (the observer stopped answering) cuts the body short: the "
+                    "response then ends without its last chunk."
+                ),
+                "parameters": [
+                    _JOB_PARAM,
+                    {
+                        "name": "execution",
+                        "in": "query",
+                        "required": False,
+                        "description": "The submission N (default: the job's latest object).",
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 2**53},
+                    },
+                    {
+                        "name": "stream",
+                        "in": "query",
+                        "required": False,
+                        "description": "Which output (default stdout).",
+                        "schema": {"type": "string", "enum": ["stdout", "stderr"]},
+                    },
+                    {
+                        "name": "offset",
+                        "in": "query",
+                        "required": False,
+                        "description": "The byte offset to start at (default 0).",
+                        "schema": {"type": "integer", "minimum": 0, "maximum": 2**62},
+                    },
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "required": False,
+                        "description": "The most bytes to send (default: no bound; 0 sends "
+                        "only the headers, e.g. to learn where the output is).",
+                        "schema": {"type": "integer", "minimum": 0, "maximum": 2**62},
+                    },
+                    {
+                        "name": "follow",
+                        "in": "query",
+                        "required": False,
+                        "description": "Keep sending until the execution ends.",
+                        "schema": {"type": "string", "enum": ["true", "false"]},
+                    },
+                ],
+                "responses": {
+                    "200": {
+                        "description": "The output's bytes.",
+                        "content": {
+                            "application/octet-stream": {
+                                "schema": {"type": "string", "format": "binary"}
+                            }
+                        },
+                    },
+                    "400": _error("A bad `execution`, `stream`, `offset`, `limit` or `follow`."),
+                    "401": _UNAUTHORIZED,
+                    "404": _error(
+                        "No such job, no such execution, or the backend keeps no output of it."
+                    ),
+                    "422": _UNREADABLE,
+                    "501": _error("The cluster's backend can't read output."),
+                    "503": _error("The cluster's observer did not answer, or can't read now."),
+                    "default": _DEFAULT,
+                },
+            }
+        },
         "/v1/escalations": {
             "get": {
                 "operationId": "listEscalations",
