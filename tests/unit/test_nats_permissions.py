@@ -12,6 +12,7 @@ from dispatch_nats.permissions import (
     Identity,
     Role,
     durables,
+    inbox_prefix,
     permissions,
     render_server_config,
     service_identities,
@@ -84,3 +85,37 @@ def test_the_deny_list_is_in_the_server_configuration() -> None:
 def test_durable_names_that_would_blur_ownership_are_refused(sup: str, notifier: str) -> None:
     with pytest.raises(InvalidName):
         durables(Layout(), supervisor_durable=sup, notifier_durable=notifier)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=["contract", "namespaced"])
+def test_only_the_api_asks_for_output_and_only_that_cluster_s_observer_answers(
+    layout: Layout,
+) -> None:
+    """``dispatch logs``: the API requests on ``dispatch.logs.<cluster>``; the observer of
+    that cluster alone subscribes there, and answers through ``allow_responses`` (one reply
+    to a request's reply subject), never by publishing into an inbox."""
+    clusters = ["local", "gpu"]
+    for identity in service_identities(clusters):
+        perms = permissions(layout, identity)
+        for cluster in clusters:
+            subject = layout.logs_subject(cluster)
+            assert perms.publish_allowed(subject) is (identity.role is Role.API), identity
+            subscribes = any(_matches_pattern(p, subject) for p in perms.subscribe)
+            mine = identity.role is Role.OBSERVER and identity.cluster == cluster
+            assert subscribes is mine, (identity, cluster)
+        assert perms.allow_responses is (identity.role is Role.OBSERVER), identity
+        assert not perms.publish_allowed(f"{inbox_prefix(Identity(Role.API), layout)}.x")
+        assert layout.logs_filter not in perms.subscribe
+    keys = {Identity(Role.OBSERVER, "local"): "U" + "A" * 55, Identity(Role.API): "U" + "B" * 55}
+    config = render_server_config(users(layout, keys), store_dir="/tmp/x", server_name="n")
+    assert config.count("allow_responses") == 1  # the observer's only
+
+
+def _matches_pattern(pattern: str, subject: str) -> bool:
+    p, s = pattern.split("."), subject.split(".")
+    for i, token in enumerate(p):
+        if token == ">":
+            return len(s) > i
+        if i >= len(s) or (token != "*" and token != s[i]):
+            return False
+    return len(p) == len(s)

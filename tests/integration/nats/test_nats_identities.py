@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import nats.aio.msg
 import nats.errors
 import pytest
 from nats.aio.client import Client as NATS
@@ -326,6 +327,44 @@ async def test_observer_identity(site: LockedNats, streams: None) -> None:
     finally:
         await nc.close()
     await _refuse_everything_foreign(site, "observer-local")
+
+
+async def test_only_the_api_asks_a_cluster_s_observer_for_output(
+    site: LockedNats, streams: None
+) -> None:
+    """``dispatch logs``: the api's request on ``dispatch.logs.local`` reaches observer-local,
+    whose one reply reaches the api's inbox; nobody else may ask, no other observer may
+    listen there, and the observer may not publish into an inbox of its choosing."""
+    subject = LAYOUT.logs_subject("local")
+    observer_errors: list[Exception] = []
+    observer = await site.connect("observer-local", observer_errors)
+    api_errors: list[Exception] = []
+    api = await site.connect("api", api_errors)
+    try:
+
+        async def answer(msg: nats.aio.msg.Msg) -> None:
+            await msg.respond(b"chunk:" + msg.data)
+
+        listening = await observer.subscribe(subject, cb=answer)
+        await observer.flush()
+        reply = await api.request(subject, b"ask", timeout=15)
+        assert reply.data == b"chunk:ask"
+        assert reply.subject.startswith("_INBOX.api.")
+        await Probe(observer, observer_errors).publish_refused("_INBOX.api.probe")
+        for name in ("notifier", "supervisor", "reader", "observer-other"):
+            errors: list[Exception] = []
+            other = await site.connect(name, errors)
+            try:
+                await Probe(other, errors).publish_refused(subject)
+                await Probe(other, errors).subscribe_refused(subject)
+            finally:
+                await other.close()
+        await listening.unsubscribe()
+        assert api_errors == []
+        assert [e for e in observer_errors if "_inbox.api.probe" not in str(e).lower()] == []
+    finally:
+        await api.close()
+        await observer.close()
 
 
 async def test_reader_reads_and_writes_nothing(site: LockedNats, streams: None) -> None:
