@@ -23,17 +23,22 @@ import pwd
 import secrets
 from collections.abc import Callable, Collection
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Final
 
+from dispatch_backends.output import check_window, read_file_chunk
 from dispatch_backends.protocol import (
     BackendError,
     CessationAnswer,
     LaunchRefusedError,
     LaunchUnknownError,
+    OutputChunk,
+    OutputNotFound,
+    OutputStream,
     Snapshot,
     Unreachable,
 )
-from dispatch_backends.slurm.causes import ADMIN_HOLD, USER_HOLDS
+from dispatch_backends.slurm.causes import ADMIN_HOLD, ENDED_STATES, USER_HOLDS
 from dispatch_backends.slurm.commands import CommandResult, CommandTimeout, Runner
 from dispatch_backends.slurm.observe import Memory, dispatch_job_id, observe_all, observe_gone
 from dispatch_backends.slurm.parse import (
@@ -46,6 +51,7 @@ from dispatch_backends.slurm.parse import (
     ParseError,
     QueueJob,
     parse_sacct,
+    parse_scontrol,
     parse_sinfo,
     parse_squeue_json,
     parse_squeue_text,
@@ -495,6 +501,60 @@ class SlurmBackend:
         except ParseError as err:
             log.warning("slurm.sacct.unreadable", extra={"detail": str(err)})
             return None
+
+    async def read_output(
+        self, ref: ObjectRef, stream: OutputStream, offset: int, limit: int
+    ) -> OutputChunk:
+        """Read ``ref``'s output file (``StdOut``/``StdErr`` of ``scontrol show job``: its
+        ``--output``/``--error``, one file for both unless the spec split them) from byte
+        ``offset``, at most ``limit`` bytes (capped), where this process runs (the files
+        must be readable here: a shared file system, as Slurm sites have). Live until the
+        job's state is one of ``ENDED_STATES``. A job slurmctld forgot (past ``MinJobAge``)
+        is found by dispatch's own convention, ``<output_dir>/%x-%j.out``, when
+        ``output_dir`` is set; it has ended.
+
+        Raises:
+            OutputNotFound: no such job (and no file by the convention), or another
+                cluster's.
+            Unreachable: scontrol failed, or the file can't be read here.
+            ValueError: a negative offset or limit.
+        """
+        check_window(offset, limit)
+        if ref.cluster != self._cluster:
+            raise OutputNotFound(self._cluster, f"{ref} is not of this cluster")
+        result = await self._runner.run("scontrol", "-o", "show", "job", ref.id)
+        if result.returncode == 0 and result.stdout.strip():
+            fields = parse_scontrol(result.stdout.splitlines()[0])
+            state = fields.get("JobState", "")
+            live = state not in ENDED_STATES
+            key = "StdOut" if stream is OutputStream.STDOUT else "StdErr"
+            where = fields.get(key) or fields.get("StdOut", "")
+            if not where:
+                raise OutputNotFound(self._cluster, f"job {ref.id} names no output file")
+            path = Path(where)
+        elif result.returncode == 0 or _INVALID_JOB in result.words:
+            found = await asyncio.to_thread(self._kept_output, ref.id)
+            if found is None:
+                raise OutputNotFound(
+                    self._cluster,
+                    f"slurmctld no longer knows job {ref.id}, and no output file of it "
+                    f"is kept by dispatch's convention (output_dir "
+                    f"{self._settings.output_dir or 'unset'})",
+                )
+            path, live = found, False
+        else:
+            raise Unreachable(self._cluster, f"scontrol show job {ref.id}: {result.words}")
+        try:
+            return await asyncio.to_thread(read_file_chunk, path, offset, limit, live=live)
+        except OSError as err:
+            raise Unreachable(self._cluster, f"cannot read {path}: {err}") from err
+
+    def _kept_output(self, slurm_id: str) -> Path | None:
+        """The output file of a forgotten job by dispatch's convention, if there is one."""
+        if not self._settings.output_dir or not slurm_id.isdigit():
+            return None
+        found = sorted(Path(self._settings.output_dir).glob(f"dj-*-{slurm_id}.out"))
+        return found[0] if found else None
 
     def _check(self, result: CommandResult) -> None:
         if result.returncode != 0:
