@@ -126,3 +126,36 @@ async def test_async_client_watches_escalations_and_supersedes(up: Up, tmp_path:
         listed = await api.list()
         assert {job, "sdk-superseding"} <= {j.job_id for j in listed.jobs}
         await api.cancel("sdk-superseding", "done with it")
+
+
+async def test_logs_sync_and_async_read_and_follow_a_job_s_output(up: Up, tmp_path: Path) -> None:
+    """``Client.logs`` says where the output is and gives its bytes (from an offset, bounded);
+    ``AsyncClient.logs(follow=True)`` yields what the job prints until it ends."""
+    flag = tmp_path / "flag"
+    script = 'echo hello; while [ ! -e "$FLAG" ]; do sleep 0.1; done; echo bye >&2; echo done'
+    with client(up) as api:
+        job = api.submit(body(script, flag), name="sdk-logs").job_id
+
+        def printed() -> None:
+            with api.logs(job) as answer:
+                assert b"".join(answer) == b"hello\n"
+
+        eventually(printed, timeout_s=120)
+        with api.logs(job, offset=2, limit=2) as answer:
+            assert answer.execution == 1
+            assert answer.live
+            assert answer.object.startswith("local/")
+            assert answer.location.endswith("/stdout")
+            assert b"".join(answer) == b"ll"
+        with pytest.raises(ApiError) as missing:
+            api.logs(job, execution=9)
+        assert (missing.value.status, missing.value.exit_code) == (404, 5)
+    async with AsyncClient(up.api, up.token) as aapi:
+        got: list[bytes] = []
+        async for data in aapi.logs(job, follow=True):
+            got.append(data)
+            if b"".join(got) == b"hello\n":
+                flag.touch()
+        assert b"".join(got) == b"hello\ndone\n"
+        errors = [data async for data in aapi.logs(job, stderr=True)]
+        assert b"".join(errors) == b"bye\n"
