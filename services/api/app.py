@@ -245,6 +245,11 @@ def _query_bool(request: web.Request, name: str) -> bool:
     return raw == "true"
 
 
+def _gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
 async def _logs(request: web.Request) -> web.StreamResponse:
     """An execution's output, streamed as it is read from the cluster's observer (see
     services/api/output.py); with ``follow=true`` until the execution ends."""
@@ -267,11 +272,13 @@ async def _logs(request: web.Request) -> web.StreamResponse:
         ) from None
     job = await ops.job(job_id)  # 404 before anything else when there is no such job
     if follow:  # an execution not launched yet is waited for (until the job has an outcome)
-        found = await wait_for_object(lambda: ops.job(job_id), execution, output.poll_s)
+        found = await wait_for_object(
+            lambda: ops.job(job_id), execution, output.poll_s, lambda: _gone(request)
+        )
     else:
         found = execution_object(job, execution)
     if found is None:
-        which = f"execution {execution}" if execution is not None else "an execution"
+        which = f"execution {execution}" if execution is not None else "execution yet"
         raise NotFound(f"job {job_id!r} has no {which} (nothing was launched for it)")
     number, ref = found
     first = await output.read(
@@ -295,6 +302,8 @@ async def _logs(request: web.Request) -> web.StreamResponse:
         ):
             if chunk.data:
                 await response.write(chunk.data)
+            elif _gone(request):  # a quiet object: nothing written would notice the client left
+                return response
     except ApiError as err:
         # The answer is under way: cut it short, so the client sees an incomplete body
         # rather than a complete one.

@@ -158,10 +158,13 @@ class OutputClient:
 
 
 async def wait_for_object(
-    load: Callable[[], Awaitable[Job]], execution: int | None, poll_s: float
+    load: Callable[[], Awaitable[Job]],
+    execution: int | None,
+    poll_s: float,
+    gone: Callable[[], bool] = lambda: False,
 ) -> tuple[int, ObjectRef] | None:
     """Poll the job's record until it has an object for ``execution`` (``None``: any), or
-    the job has an outcome (then ``None``).
+    the job has an outcome, or ``gone()`` (the client went away; then ``None``).
 
     Raises:
         NotFound: the job has no record.
@@ -169,6 +172,6 @@ async def wait_for_object(
     while True:
         job = await load()
         found = execution_object(job, execution)
-        if found is not None or job.outcome is not None:
+        if found is not None or job.outcome is not None or gone():
             return found
         await asyncio.sleep(poll_s)

@@ -137,7 +137,11 @@ async def test_logs_sync_and_async_read_and_follow_a_job_s_output(up: Up, tmp_pa
         job = api.submit(body(script, flag), name="sdk-logs").job_id
 
         def printed() -> None:
-            with api.logs(job) as answer:
+            try:
+                answer = api.logs(job)
+            except ApiError as err:  # 404 until the supervisor launched it
+                raise AssertionError(str(err)) from None
+            with answer:
                 assert b"".join(answer) == b"hello\n"
 
         eventually(printed, timeout_s=120)
