@@ -682,7 +682,8 @@ def _output_location(target: Target, job: str) -> str:
 @client_options
 def logs(target: Target, job: str, execution: int | None, follow: bool, stderr: bool) -> int:
     """Print the output of a job's execution, read where the cluster keeps it (local: the
-    object's files; Slurm: the job's output files) by the cluster's observer. With --follow
+    object's files; Slurm: the job's output file; Kubeflow: the trainer node-0 pod's log) by
+    the cluster's observer. With --follow
     new output is printed as it comes and the command ends when the execution ends (one
     not launched yet is waited for). `dispatch status JOB` shows where the output is.
 

@@ -323,7 +323,8 @@ def _paths() -> dict[str, Any]:
                 "description": (
                     "The output of one execution (submission N) of the job: the output of "
                     "the latest object launched for it, read by the cluster's observer "
-                    "(local: the object's files; Slurm: the job's output files). The body "
+                    "(local: the object's files; Slurm: the job's output file; Kubeflow: the "
+                    "trainer node-0 pod's log). The body "
                     "is the raw bytes from `offset` on, sent as they are read. Headers: "
                     "`Dispatch-Execution` (N), `Dispatch-Object` (`<cluster>/<id>`), "
                     "`Dispatch-Output-Location` (where the output is) and "

@@ -34,6 +34,7 @@ from kubernetes.client.exceptions import ApiException
 from dispatch_backends.kubeflow.body import InvalidLaunch, namespace_of, trainjob_body
 from dispatch_backends.kubeflow.causes import NodeFacts, PodFacts, node_facts, pod_facts
 from dispatch_backends.kubeflow.gate import open_patch
+from dispatch_backends.kubeflow.logs import log_chunk, trainer_pod
 from dispatch_backends.kubeflow.names import (
     ANNOTATION_OBSERVED,
     JOBSET,
@@ -66,11 +67,15 @@ from dispatch_backends.kubeflow.observe import (
 from dispatch_backends.kubeflow.settings import GateMode, KubeflowSettings, kubeflow_declarations
 from dispatch_backends.kubeflow.watch import Reflector
 from dispatch_backends.kubeflow.watch import status_words as _status_words
+from dispatch_backends.output import check_window
 from dispatch_backends.protocol import (
     BackendError,
     CessationAnswer,
     LaunchRefusedError,
     LaunchUnknownError,
+    OutputChunk,
+    OutputNotFound,
+    OutputStream,
     Snapshot,
     Unreachable,
 )
@@ -557,6 +562,56 @@ class KubeflowBackend:
                 f"no pod of {ref.id} is left unfinished, and each node it ran on "
                 f"({', '.join(sorted(ran)) or 'none'}) is Ready or reported its pods finished"
             ),
+        )
+
+    async def read_output(
+        self, ref: ObjectRef, stream: OutputStream, offset: int, limit: int
+    ) -> OutputChunk:
+        """Read the log of ``ref``'s trainer node 0 (``read_namespaced_pod_log`` of the
+        pod of replicated job ``trainer_job``, index 0, latest JobSet restart; container
+        ``trainer_container``) from byte ``offset``, at most ``limit`` bytes (capped; see
+        :mod:`.logs`). ``stream`` is not told apart: Kubernetes keeps one log of both.
+        Live until the TrainJob has a ``Complete`` or ``Failed`` condition; before its
+        trainer pod runs, the output is empty.
+
+        Raises:
+            OutputNotFound: no such TrainJob (never made, or deleted), or another cluster's.
+            Unreachable: the API server could not answer.
+            BackendError: it refused (the server's words).
+            ValueError: a negative offset or limit.
+        """
+        del stream
+        limit = check_window(offset, limit)
+        try:
+            namespace, name = self._split(ref)
+        except BackendError as err:
+            raise OutputNotFound(self._cluster, err.detail) from None
+        found = await self._get_trainjob(ref)
+        if found is None:
+            raise OutputNotFound(self._cluster, f"no TrainJob {ref.id}")
+        live = not decode(TrainJob, found).finished
+        pod = trainer_pod(await self._pods_of(namespace, name), self._settings.trainer_job)
+        phase = ((pod or {}).get("status") or {}).get("phase", "")
+        if pod is None or phase in ("", "Pending"):
+            where = f"TrainJob {ref.id} (its trainer pod has not started)"
+            return OutputChunk(data=b"", offset=offset, size=0, live=live, where=where)
+        pod_name = str((pod.get("metadata") or {}).get("name"))
+        asked = offset + limit + 1
+        try:
+            answer = await self._call(
+                self._core.read_namespaced_pod_log,
+                pod_name,
+                namespace,
+                container=self._settings.trainer_container,
+                limit_bytes=asked,
+                _preload_content=False,
+                _request_timeout=self._settings.request_timeout_s,
+            )
+        except (ApiException, urllib3.exceptions.HTTPError) as err:
+            raise self._error(f"read the log of pod {namespace}/{pod_name}", err) from err
+        data = bytes(answer.data)
+        return log_chunk(
+            data, offset, limit, asked=asked, live=live, where=f"pod {namespace}/{pod_name}"
         )
 
     async def aclose(self) -> None:
