@@ -3,7 +3,8 @@ newcomer's path of ``examples/slurm/README.md`` (section 2), through the CLI alo
 
 A short batch script (``#SBATCH -p debug``, an echo, exit 0) is submitted with ``dispatch
 submit --cluster slurm``; the embedded default's Slurm observer sees it end, and ``dispatch
-status --json`` shows it succeeded. Its output is where the example's clusters file puts it.
+status --json`` shows it succeeded. Its output is where the example's clusters file puts it,
+and ``dispatch logs`` shows it (``status`` says where it is).
 """
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ def test_up_with_the_examples_clusters_file_runs_a_batch_script_on_slurm(
         slurm_id = launched.group(1)
         output = Path("/tmp") / f"dj-{job}-{slurm_id}.out"
         assert f"hello from slurm job {slurm_id} on node" in output.read_text()
+        # `dispatch logs` reads it through the Slurm observer; `status` says where it is
+        logs = up.dispatch("logs", job)
+        assert logs.code == 0, str(logs)
+        assert logs.out == output.read_text()
+        assert f"output: {output}" in record.out, str(record)
         output.unlink()
     finally:
         if job:
