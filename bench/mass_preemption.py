@@ -33,6 +33,7 @@ import os
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from nats.aio.msg import Msg
@@ -42,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
 from dispatch_core import Action, CauseKind, ObjectRef, RecoveryPolicy, RecoveryRule
 from dispatch_nats.contract import MSG_ID_HEADER
 from tests.e2e.runtime.harness import Runtime, Subprocess, shell
-from tests.servers.nats import NatsServer
+from tests.servers.nats import NatsServer, free_port
 from tests.util import assert_eventually
 
 POLICY = RecoveryPolicy(
@@ -61,7 +62,7 @@ class Watch:
 
     async def on_msg(self, msg: Msg) -> None:
         msg_id = (msg.headers or {}).get(MSG_ID_HEADER, "")
-        job_id = msg.subject.rsplit(".", 1)[-1]
+        job_id = msg.subject.split(".")[-2]  # dispatch.record.<job>.<writer>
         now = time.monotonic()
         if ":submission:2~" in msg_id:
             self.recovering.setdefault(job_id, now)
@@ -78,7 +79,8 @@ class Watch:
 async def run(args: argparse.Namespace) -> dict[str, object]:
     jobs = [f"mass-{i:05d}" for i in range(args.jobs)]
     with tempfile.TemporaryDirectory(prefix="bench-mass-") as tmp:
-        server = NatsServer(Path(tmp) / "store")
+        monitor = free_port()
+        server = NatsServer(Path(tmp) / "store", extra_args=("-m", str(monitor)))
         server.start()
         rt = Runtime(
             server.url, Path(tmp) / "rt", poll_interval_s=args.poll_interval, kill_wait_s=1.0
@@ -122,8 +124,10 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                 assert service.proc is not None
                 pids[service.name] = service.proc.pid
             cpu_before = {name: _cpu_s(pid) for name, pid in pids.items()}
+            msgs_before = await asyncio.to_thread(_supervisor_msgs, monitor)
+            counters_before = await _counters(rt)
             watch = Watch()
-            sub = await rt.nc.subscribe(f"{rt.layout.root}.record.*", cb=watch.on_msg)
+            sub = await rt.nc.subscribe(rt.layout.record_filter, cb=watch.on_msg)
             seen = await rt.nc.subscribe(f"{rt.layout.root}.discovery.*.*", cb=watch.on_discovery)
             t0 = time.monotonic()
             await asyncio.to_thread(_preempt_all, rt, refs)
@@ -148,6 +152,8 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                     print(f"--- {service.name}:\n{service.log_tail(80)}", file=sys.stderr)
                 raise
             cpu = {name: round(_cpu_s(pid) - cpu_before[name], 2) for name, pid in pids.items()}
+            msgs = await asyncio.to_thread(_supervisor_msgs, monitor)
+            counters = await _counters(rt)
             await sub.unsubscribe()
             await seen.unsubscribe()
         finally:
@@ -166,6 +172,15 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         "poll_interval_s": args.poll_interval,
         "setup_s": round(setup_s, 1),
         "cpu_s": cpu,
+        "supervisor_cpu_ms_per_job": round(
+            1000 * sum(v for k, v in cpu.items() if k.startswith("supervisor")) / len(jobs), 2
+        ),
+        "nats_msgs_per_job": round(
+            sum(msgs[k] - msgs_before.get(k, 0) for k in msgs) / len(jobs), 2
+        ),
+        "per_job": {
+            k: round((v - counters_before.get(k, 0.0)) / len(jobs), 2) for k, v in counters.items()
+        },
         "load_avg_1m": round(os.getloadavg()[0], 1),
     }
 
@@ -174,6 +189,46 @@ def _cpu_s(pid: int) -> float:
     """CPU seconds (user + system) process ``pid`` has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _supervisor_msgs(monitor_port: int) -> dict[str, int]:
+    """Messages each supervisor connection sent plus received so far, by connection id
+    (nats-server's ``/connz``: a connection's ``in_msgs`` are what it published)."""
+    url = f"http://127.0.0.1:{monitor_port}/connz?limit=1024"
+    with urllib.request.urlopen(url, timeout=10) as response:  # loopback monitor
+        conns = json.load(response)["connections"]
+    return {
+        str(c["cid"]): int(c["in_msgs"]) + int(c["out_msgs"])
+        for c in conns
+        if c.get("name") == "dispatch-supervisor"
+    }
+
+
+async def _counters(rt: Runtime) -> dict[str, float]:
+    """The supervisor replicas' pass and delivery counters so far (their ``/metrics``),
+    summed over replicas: ``passes`` and ``deliveries:<source>``."""
+    total: dict[str, float] = {}
+    for service in rt.services:
+        if not isinstance(service, Subprocess) or not service.name.startswith("supervisor"):
+            continue
+        port = next(v for k, v in service.env.items() if k.endswith("_HTTP_PORT"))
+        url = f"http://127.0.0.1:{port}/metrics"
+        text = await asyncio.to_thread(_get, url)
+        for line in text.splitlines():
+            value = line.rsplit(" ", 1)[-1]
+            if line.startswith("dispatch_supervisor_passes_total{"):
+                total["passes"] = total.get("passes", 0.0) + float(value)
+            elif line.startswith("dispatch_supervisor_deliveries_total{"):
+                source = line.split('source="', 1)[1].split('"', 1)[0]
+                key = f"deliveries:{source}"
+                total[key] = total.get(key, 0.0) + float(value)
+    return total
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:  # loopback
+        body: bytes = response.read()
+    return body.decode()
 
 
 def _preempt_all(rt: Runtime, refs: list[ObjectRef]) -> None:

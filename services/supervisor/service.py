@@ -96,6 +96,8 @@ Source = Literal["record", "discovery", "work"]
 _MAX_ROUNDS: Final = 50
 """Most passes one worker runs in a row (a pass that appends is followed by another)."""
 _PUBLISH_CONCURRENCY: Final = 64
+_OWN: Final = frozenset({WriterKind.SUPERVISOR})
+"""Writer kinds whose record appends wake no pass (see "the echo rule" in Scheduler)."""
 _MAX_ACK_PENDING: Final = 20_000
 """Most messages of one consumer delivered and not yet acked, over all replicas."""
 
@@ -241,26 +243,39 @@ class Deadlines:
 class _Slot:
     """One job's worker state in this replica."""
 
-    __slots__ = ("deliveries", "dirty", "reflected", "running", "seen")
+    __slots__ = ("dirty", "parked", "planned", "running", "woke")
 
     def __init__(self) -> None:
         self.running = False
         self.dirty = False
-        self.deliveries: list[Delivery] = []
-        self.seen: list[Delivery] = []
-        """Record messages that came while a pass ran, of events the pass had read or
-        appended: acked after it if it planned from them, else kept for the next pass."""
-        self.reflected = 0
-        """The record seq a completed pass planned from: record messages up to it need
-        no pass."""
+        """A wake came while the worker ran: run one more pass."""
+        self.woke: list[Delivery] = []
+        """Deliveries that asked for a pass: settled with the verdict of the pass after them."""
+        self.parked: list[Delivery] = []
+        """Record deliveries that came while a pass ran (it may have read or appended their
+        events): decided when it ends."""
+        self.planned = 0
+        """The record seq the last completed pass here planned from."""
 
 
 class Scheduler:
-    """Runs each woken job's passes, one worker per job, a bounded number at once."""
+    """Runs each woken job's passes, one worker per job, a bounded number at once.
+
+    **The echo rule.** A supervisor's appends (decisions and facts, ``supervisor`` the
+    last token of their subject) wake no pass anywhere: the replica's record consumer does
+    not even receive them. The replica that appended them plans again on them itself (a
+    pass that appended is followed by another while that would do something), and it acks
+    the deliveries that woke the job only once the job's worker is done, follow-ups
+    included: if it dies in between, they are redelivered to another replica, which passes
+    the job (failover needs no echo). Appends by other writers (the API, the notifier) wake
+    the job, except one a pass here already planned from (acked at once); one that comes
+    while the job's pass runs waits for that pass to end, then is acked if the pass
+    planned from it and wakes the job otherwise.
+    """
 
     def __init__(
         self,
-        executor: PassExecutor,
+        run_pass: Callable[[str], Awaitable[PassOutcome]],
         *,
         deadlines: Deadlines,
         metrics: SupervisorMetrics,
@@ -268,8 +283,9 @@ class Scheduler:
         retry_s: float,
         clock: Callable[[], datetime] = _utcnow,
     ) -> None:
-        """Prepare; :meth:`run` starts it."""
-        self._executor = executor
+        """Prepare; :meth:`run` starts it. ``run_pass(job_id)`` runs one pass (raising
+        :class:`PassError` or a store error as :meth:`PassExecutor.run_pass` does)."""
+        self._run_pass = run_pass
         self._deadlines = deadlines
         self._metrics = metrics
         self._slots_sem = asyncio.Semaphore(max_concurrent)
@@ -292,32 +308,20 @@ class Scheduler:
     async def wake(self, job_id: str, delivery: Delivery | None, source: Source) -> None:
         """A message for ``job_id`` came: run a pass (or mark the running one dirty)."""
         slot = self._jobs.setdefault(job_id, _Slot())
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug(
-                "supervisor.wake",
-                extra={
-                    "job_id": job_id,
-                    "source": source,
-                    "seq": None if delivery is None else delivery.seq,
-                    "running": slot.running,
-                    "reflected": slot.reflected,
-                },
-            )
         if delivery is not None and source == "record":
-            if delivery.seq <= slot.reflected:
-                await _settle(delivery, "ack")
+            if delivery.seq <= slot.planned:
+                await _settle(delivery, "ack")  # an echo of what a pass here planned from
                 return
-            if slot.running and delivery.seq <= self._executor.cached_seq(job_id):
-                # The running pass read it, or appended it itself (and will pass again).
-                slot.seen.append(delivery)
+            if slot.running:
+                slot.parked.append(delivery)
                 return
         if delivery is not None:
-            slot.deliveries.append(delivery)
+            slot.woke.append(delivery)
         if slot.running:
             slot.dirty = True
             return
         if self._tg is None or self._stopping:
-            slot.deliveries.clear()
+            slot.woke.clear()
             if delivery is not None:
                 await _settle(delivery, "nak")
             return
@@ -325,58 +329,51 @@ class Scheduler:
         self._tg.create_task(self._work(job_id, slot), name=f"job:{job_id}")
 
     async def _work(self, job_id: str, slot: _Slot) -> None:
+        done: list[Delivery] = []  # acked once the worker ends with no pass left to run
         try:
             for _ in range(_MAX_ROUNDS):
                 slot.dirty = False
-                covered, slot.deliveries = slot.deliveries, []
+                covered, slot.woke = slot.woke, []
                 async with self._slots_sem:
                     if self._stopping:
-                        slot.deliveries[:0] = covered
+                        slot.woke[:0] = covered
                         break
                     outcome, verdict = await self._pass(job_id)
-                if log.isEnabledFor(logging.DEBUG):
-                    log.debug(
-                        "supervisor.pass_done",
-                        extra={
-                            "job_id": job_id,
-                            "verdict": verdict,
-                            "covered": len(covered),
-                            "dirty": slot.dirty,
-                            "planned_seq": None if outcome is None else outcome.planned_seq,
-                            "appended": None if outcome is None else outcome.appended,
-                            "follow_up": None if outcome is None else outcome.follow_up,
-                        },
-                    )
-                await asyncio.gather(*(_settle(d, verdict, self._retry_s) for d in covered))
                 if outcome is None:
+                    covered = [*done, *covered]
+                    done = []
+                    await asyncio.gather(*(_settle(d, verdict, self._retry_s) for d in covered))
                     if verdict == "nak" and not covered:
                         self._deadlines.retry(
                             job_id, self._clock() + timedelta(seconds=self._retry_s)
                         )
                     break
-                planned = outcome.planned_seq
-                slot.reflected = max(slot.reflected, planned)
-                seen, slot.seen = slot.seen, []
-                late = [d for d in seen if d.seq > planned]
-                await asyncio.gather(*(_settle(d, "ack") for d in seen if d.seq <= planned))
-                slot.deliveries.extend(late)
+                done.extend(covered)
+                slot.planned = max(slot.planned, outcome.planned_seq)
+                parked, slot.parked = slot.parked, []
+                slot.woke.extend(d for d in parked if d.seq > slot.planned)
+                done.extend(d for d in parked if d.seq <= slot.planned)
                 if outcome.retry:
                     self._deadlines.retry(job_id, self._clock() + timedelta(seconds=self._retry_s))
-                if self.stopping or not (outcome.follow_up or slot.dirty or slot.deliveries):
+                if self.stopping or not (outcome.follow_up or slot.dirty or slot.woke):
                     break
+            else:
+                # Still more to do after _MAX_ROUNDS: give other jobs a turn, come back soon.
+                self._deadlines.retry(job_id, self._clock())
+            await asyncio.gather(*(_settle(d, "ack") for d in done))
         finally:
             slot.running = False
-            leftover, slot.deliveries = [*slot.deliveries, *slot.seen], []
-            slot.seen = []
+            leftover = [*slot.woke, *slot.parked]
+            slot.woke, slot.parked = [], []
             if self._stopping:
                 await asyncio.gather(*(_settle(d, "nak") for d in leftover))
             elif leftover or slot.dirty:
-                slot.deliveries = leftover
+                slot.woke = leftover
                 await self.wake(job_id, None, "work")  # arrived after the last round
 
     async def _pass(self, job_id: str) -> tuple[PassOutcome | None, Literal["ack", "nak", "term"]]:
         try:
-            outcome = await self._executor.run_pass(job_id)
+            outcome = await self._run_pass(job_id)
         except PassError as err:
             if err.retryable:
                 self._metrics.passes.labels("retry").inc()
@@ -409,10 +406,10 @@ class Scheduler:
             self._tg = tg
             await stop.wait()
             self._stopping = True
-            waiting = [d for s in self._jobs.values() if not s.running for d in s.deliveries]
+            waiting = [d for s in self._jobs.values() if not s.running for d in s.woke]
             for slot in self._jobs.values():
                 if not slot.running:
-                    slot.deliveries = []
+                    slot.woke = []
             await asyncio.gather(*(_settle(d, "nak") for d in waiting))
         self._tg = None
 
@@ -481,7 +478,7 @@ class Replica:
         )
         self.deadlines = Deadlines(self._publish_wake, clock=clock)
         self.scheduler = Scheduler(
-            self.executor,
+            self.executor.run_pass,
             deadlines=self.deadlines,
             metrics=metrics,
             max_concurrent=cfg.max_concurrent_passes,
@@ -512,17 +509,26 @@ class Replica:
             headers_only=True,
             from_start=True,
         )
+        # The supervisor's own appends are not consumed at all (the writer kind is the
+        # record subject's last token): see "the echo rule" in Scheduler.
+        records = SharedFeed(
+            self._nc,
+            stream=self._layout.record_stream,
+            durable=f"{cfg.durable}-record",
+            filter_subject=[
+                self._layout.record_writer_filter(w) for w in WriterKind if w not in _OWN
+            ],
+            job_of=self._layout.job_id_from_record_subject,
+            api_prefix=self._layout.api_prefix,
+            ack_wait_s=cfg.ack_wait_s,
+            max_ack_pending=_MAX_ACK_PENDING,
+            batch=cfg.fetch_batch,
+            headers_only=True,
+            from_start=False,
+            timeout_s=cfg.store_timeout_s,
+        )
         return [
-            (
-                "record",
-                self.records.shared(
-                    f"{cfg.durable}-record",
-                    ack_wait_s=cfg.ack_wait_s,
-                    max_ack_pending=_MAX_ACK_PENDING,
-                    batch=cfg.fetch_batch,
-                    from_start=False,
-                ),
-            ),
+            ("record", records),
             (
                 "discovery",
                 self.discoveries.shared(
