@@ -18,6 +18,7 @@ import contextlib
 import logging
 import random
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Final, Self
 
@@ -52,7 +53,16 @@ log = logging.getLogger("dispatch_nats.shared")
 class Delivery:
     """One message handed to this replica; `ack` it once handled."""
 
-    __slots__ = ("_msg", "headers", "job_id", "num_delivered", "payload", "seq", "subject")
+    __slots__ = (
+        "_msg",
+        "headers",
+        "job_id",
+        "num_delivered",
+        "payload",
+        "seq",
+        "subject",
+        "time",
+    )
 
     def __init__(self, msg: Msg, job_id: str) -> None:
         """Wrap a consumer delivery (built by `SharedFeed`)."""
@@ -64,6 +74,8 @@ class Delivery:
         """The job it concerns (the subject's last token)."""
         self.seq: int = meta.sequence.stream
         """Its stream seq."""
+        self.time: datetime = meta.timestamp
+        """When JetStream stored it (UTC)."""
         self.num_delivered: int = meta.num_delivered
         """How many times it has been delivered, this time included."""
         self.payload: bytes = msg.data

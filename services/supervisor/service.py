@@ -75,6 +75,7 @@ from services.common.lifecycle import (
     wait_or_stop,
 )
 from services.supervisor.config import NOTIFIER, SupervisorConfig
+from services.supervisor.delivered import DeliveredLatest
 from services.supervisor.metrics import SupervisorMetrics
 from services.supervisor.passes import PassError, PassExecutor, PassOutcome, PoisonRecord
 from services.supervisor.ports import DeliverFn
@@ -130,8 +131,10 @@ def load_deliver(spec: str) -> DeliverFn | None:
 
 def _stores(
     nc: NATS, layout: Layout, timeout_s: float
-) -> tuple[RecordStore, LatestStore, LatestStore]:
-    """The record, discovery and status stores, waiting ``timeout_s`` for each reply."""
+) -> tuple[RecordStore, DeliveredLatest, LatestStore]:
+    """The record, discovery and status stores, waiting ``timeout_s`` for each reply (the
+    discovery store first takes a value the discovery consumer delivered: see
+    ``services/supervisor/delivered.py``)."""
     # A pass acts on what it reads, and its wake is acknowledged once it ran: the record is
     # checked against the stream leader's last seq and the Discovery read from the leader,
     # so a replica still catching up never makes a pass see less than what woke it.
@@ -144,7 +147,7 @@ def _stores(
             read_timeout_s=timeout_s,
             check_reads=True,
         ),
-        LatestStore(
+        DeliveredLatest(
             nc,
             StreamKind.DISCOVERY,
             layout=layout,
@@ -537,6 +540,7 @@ class Replica:
                     max_ack_pending=_MAX_ACK_PENDING,
                     batch=cfg.fetch_batch,
                     from_start=False,
+                    headers_only=False,  # the pass takes the value delivered: one read less
                 ),
             ),
             ("work", work),
@@ -578,6 +582,8 @@ class Replica:
                         continue
                     delays = START_BACKOFF.delays(random.random)
                     self._metrics.deliveries.labels(source).inc()
+                    if source == "discovery":
+                        self.discoveries.keep(delivery)
                     await self.scheduler.wake(delivery.job_id, delivery, source)
             finally:
                 closer.cancel()
