@@ -84,6 +84,7 @@ __all__ = [
     "Deadlines",
     "JobNotFound",
     "Replica",
+    "ReplicaExecutor",
     "Scheduler",
     "Supervisor",
     "load_deliver",
@@ -161,6 +162,23 @@ def _stores(
     )
 
 
+class ReplicaExecutor(PassExecutor):
+    """The pass executor, and a way to drop a settled job from its caches.
+
+    TODO(P1's passes.py): replace with ``PassExecutor.forget(job_id)`` when it has one;
+    this reaches into its two per-job caches (the folded job, the Status last published).
+    """
+
+    def forget(self, job_id: str) -> None:
+        """Drop ``job_id`` from the caches (it settled; a later pass reads it again)."""
+        self._jobs.pop(job_id, None)
+        self._published.pop(job_id, None)
+
+    def cached_jobs(self) -> frozenset[str]:
+        """The jobs the caches hold (for tests and debugging)."""
+        return frozenset(self._jobs) | frozenset(self._published)
+
+
 # -- deadlines ------------------------------------------------------------------------------
 
 
@@ -202,6 +220,10 @@ class Deadlines:
 
     def __len__(self) -> int:
         return len(self._heap)
+
+    def jobs(self) -> frozenset[str]:
+        """The jobs with a deadline."""
+        return frozenset(self._wake)
 
     async def _fire(self, entry: tuple[datetime, str, str], slots: asyncio.Semaphore) -> None:
         async with slots:
@@ -285,10 +307,14 @@ class Scheduler:
         max_concurrent: int,
         retry_s: float,
         clock: Callable[[], datetime] = _utcnow,
+        on_settled: Callable[[str], None] | None = None,
     ) -> None:
         """Prepare; :meth:`run` starts it. ``run_pass(job_id)`` runs one pass (raising
-        :class:`PassError` or a store error as :meth:`PassExecutor.run_pass` does)."""
+        :class:`PassError` or a store error as :meth:`PassExecutor.run_pass` does);
+        ``on_settled(job_id)`` is called when a job's worker ends with the job settled (its
+        slot here is dropped then)."""
         self._run_pass = run_pass
+        self._on_settled = on_settled
         self._deadlines = deadlines
         self._metrics = metrics
         self._slots_sem = asyncio.Semaphore(max_concurrent)
@@ -307,6 +333,19 @@ class Scheduler:
     def busy(self) -> int:
         """Jobs whose worker is running."""
         return sum(1 for s in self._jobs.values() if s.running)
+
+    def jobs(self) -> frozenset[str]:
+        """The jobs this scheduler holds state for."""
+        return frozenset(self._jobs)
+
+    def forget(self, job_id: str) -> bool:
+        """Drop the job's state (it settled) unless its worker runs or deliveries wait;
+        return whether it holds none now."""
+        slot = self._jobs.get(job_id)
+        if slot is not None and (slot.running or slot.woke or slot.parked):
+            return False
+        self._jobs.pop(job_id, None)
+        return True
 
     async def wake(self, job_id: str, delivery: Delivery | None, source: Source) -> None:
         """A message for ``job_id`` came: run a pass (or mark the running one dirty)."""
@@ -333,6 +372,7 @@ class Scheduler:
 
     async def _work(self, job_id: str, slot: _Slot) -> None:
         done: list[Delivery] = []  # acked once the worker ends with no pass left to run
+        settled = False
         try:
             for _ in range(_MAX_ROUNDS):
                 slot.dirty = False
@@ -352,6 +392,7 @@ class Scheduler:
                         )
                     break
                 done.extend(covered)
+                settled = outcome.settled
                 slot.planned = max(slot.planned, outcome.planned_seq)
                 parked, slot.parked = slot.parked, []
                 slot.woke.extend(d for d in parked if d.seq > slot.planned)
@@ -373,6 +414,10 @@ class Scheduler:
             elif leftover or slot.dirty:
                 slot.woke = leftover
                 await self.wake(job_id, None, "work")  # arrived after the last round
+            elif settled:
+                self.forget(job_id)
+                if self._on_settled is not None:
+                    self._on_settled(job_id)
 
     async def _pass(self, job_id: str) -> tuple[PassOutcome | None, Literal["ack", "nak", "term"]]:
         try:
@@ -466,7 +511,7 @@ class Replica:
         self._cfg = cfg
         self._clock = clock
         self.records, self.discoveries, self.statuses = _stores(nc, layout, cfg.store_timeout_s)
-        self.executor = PassExecutor(
+        self.executor = ReplicaExecutor(
             records=self.records,
             discoveries=self.discoveries,
             statuses=self.statuses,
@@ -487,6 +532,7 @@ class Replica:
             max_concurrent=cfg.max_concurrent_passes,
             retry_s=cfg.retry_s,
             clock=clock,
+            on_settled=self._forget,
         )
         self._states: dict[str, State] = {}
 
@@ -637,12 +683,31 @@ class Replica:
             log.error("supervisor.bad_wake_header", extra={"job_id": job_id, "value": wake})
             at = None
         self.deadlines.set_wake(job_id, None if status.settled else at)
+        if status.settled and self.scheduler.forget(job_id):
+            # Not while its pass runs: the pass works on the executor's cache.
+            self._forget(job_id)
         old = self._states.get(job_id)
         if old is not status.state:
             if old is not None:
                 self._metrics.jobs.labels(old.value).dec()
             self._metrics.jobs.labels(status.state.value).inc()
             self._states[job_id] = status.state
+
+    def _forget(self, job_id: str) -> None:
+        """Drop a settled job from the per-job caches (bounded memory: a settled job's
+        next pass, if any, reads its record again)."""
+        self.executor.forget(job_id)
+        self.discoveries.forget(job_id)
+
+    def cached_jobs(self) -> frozenset[str]:
+        """Every job some per-job cache of this replica holds (the per-state job gauge's
+        own record of each job's state aside)."""
+        return (
+            self.executor.cached_jobs()
+            | self.scheduler.jobs()
+            | self.deadlines.jobs()
+            | frozenset(k[-1] for k in self.discoveries.keys())
+        )
 
     async def _publish_wake(self, job_id: str, msg_id: str) -> bool:
         why = msg_id.split(":", 1)[0]
@@ -841,7 +906,7 @@ class Supervisor:
         self._clock = clock
         self._retry_s = retry_s
         self.records, self.discoveries, self.statuses = _stores(nc, layout, store_timeout_s)
-        self.executor = PassExecutor(
+        self.executor = ReplicaExecutor(
             records=self.records,
             discoveries=self.discoveries,
             statuses=self.statuses,
@@ -895,6 +960,7 @@ class Supervisor:
                     if not outcome.found:
                         raise JobNotFound(job_id)
                     if outcome.settled and outcome.status is not None:
+                        self.executor.forget(job_id)
                         return outcome.status
                     if outcome.follow_up:
                         continue
