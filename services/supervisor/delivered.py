@@ -60,9 +60,9 @@ class DeliveredLatest(LatestStore):
             for key in [k for k in kept if k[-1] == job_id]:
                 del kept[key]
 
-    def keys(self) -> frozenset[tuple[str, ...]]:
-        """The keys a value is kept for."""
-        return frozenset(self._kept)
+    def kept_jobs(self) -> frozenset[str]:
+        """The jobs a value is kept for."""
+        return frozenset(k[-1] for k in self._kept)
 
     def __len__(self) -> int:
         """How many values are kept."""

@@ -7,10 +7,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from dispatch_nats import Delivery
+from dispatch_nats import Delivery, SharedFeed
 from services.supervisor.passes import PassOutcome
+from services.supervisor.scheduling import Scheduler, Source
 
-__all__ = ["FakeDelivery", "FakePasses"]
+__all__ = ["FakeDelivery", "FakeFeed", "FakePasses", "RecordingScheduler"]
 
 
 class FakeDelivery(Delivery):
@@ -63,3 +64,44 @@ class FakePasses:
         if self.gate is not None:
             await self.gate.wait()
         return self.outcome(job_id, n)
+
+
+class FakeFeed(SharedFeed):
+    """A FAKE shared consumer: hands out the given deliveries, then waits until closed."""
+
+    def __init__(self, deliveries: list[Delivery]) -> None:
+        # Deliberately not calling SharedFeed.__init__: there is no consumer.
+        self._queue: asyncio.Queue[Delivery | None] = asyncio.Queue()
+        for d in deliveries:
+            self._queue.put_nowait(d)
+        self.fake_closed = False
+
+    async def start(self) -> None:
+        return None
+
+    async def __anext__(self) -> Delivery:
+        item = await self._queue.get()
+        if item is None:
+            raise StopAsyncIteration
+        return item
+
+    async def aclose(self) -> None:
+        self.fake_closed = True
+        self._queue.put_nowait(None)
+
+
+class RecordingScheduler(Scheduler):
+    """A FAKE scheduler: records each wake (job, seq, source) instead of running passes."""
+
+    def __init__(self) -> None:
+        # Deliberately not calling Scheduler.__init__: it runs nothing.
+        self.woken: list[tuple[str, int | None, str]] = []
+
+    async def wake(self, job_id: str, delivery: Delivery | None, source: Source) -> None:
+        self.woken.append((job_id, None if delivery is None else delivery.seq, source))
+
+    def forget(self, job_id: str) -> bool:
+        return True
+
+    def jobs(self) -> frozenset[str]:
+        return frozenset()

@@ -10,8 +10,10 @@ from datetime import UTC, datetime
 from prometheus_client import CollectorRegistry
 
 from dispatch_core import Cancel, decide
+from services.supervisor.deadlines import Deadlines
 from services.supervisor.metrics import SupervisorMetrics
-from services.supervisor.service import Deadlines, ReplicaExecutor, Scheduler
+from services.supervisor.replica import ReplicaExecutor
+from services.supervisor.scheduling import Scheduler
 from tests.unit.supervisor.deliveries import FakeDelivery
 from tests.unit.supervisor.test_passes import ALICE, CLUSTER, Installation
 from tests.unit.supervisor.test_scheduling import until

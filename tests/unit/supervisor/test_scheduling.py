@@ -12,9 +12,10 @@ from datetime import UTC, datetime
 from prometheus_client import CollectorRegistry
 
 from dispatch_nats import StoreUnavailable
+from services.supervisor.deadlines import Deadlines
 from services.supervisor.metrics import SupervisorMetrics
 from services.supervisor.passes import PassOutcome
-from services.supervisor.service import Deadlines, Scheduler
+from services.supervisor.scheduling import Scheduler
 from tests.unit.supervisor.deliveries import FakeDelivery, FakePasses
 from tests.util import assert_eventually
 
