@@ -287,9 +287,7 @@ async def run_synthetic(args: argparse.Namespace) -> dict[str, object]:
             await rt.open()
             await rt.observer(backend=backend, log_level="warning")
             cfg = SupervisorConfig.from_env(
-                rt.supervisor_env(
-                    max_concurrent_passes=str(args.concurrency), log_level="warning"
-                )
+                rt.supervisor_env(max_concurrent_passes=str(args.concurrency), log_level="warning")
             )
             supervisor = SupervisorThread(cfg, backend)
             await asyncio.to_thread(supervisor.start)
@@ -354,8 +352,7 @@ async def run_synthetic(args: argparse.Namespace) -> dict[str, object]:
             sum(msgs[k] - msgs_before.get(k, 0) for k in msgs) / recovered, 2
         ),
         "per_job": {
-            k: round((v - counters_before.get(k, 0.0)) / recovered, 2)
-            for k, v in counters.items()
+            k: round((v - counters_before.get(k, 0.0)) / recovered, 2) for k, v in counters.items()
         },
         "bench_process_cpu_s": round(process_s, 2),
         "nats_server_cpu_s": round(server_s, 2),
