@@ -354,7 +354,7 @@ async def run_synthetic(args: argparse.Namespace) -> dict[str, object]:
         "per_job": {
             k: round((v - counters_before.get(k, 0.0)) / recovered, 2) for k, v in counters.items()
         },
-        "bench_process_cpu_s": round(process_s, 2),
+        "observer_and_bench_cpu_s": round(process_s - cpu_s, 2),
         "nats_server_cpu_s": round(server_s, 2),
         "poll_interval_s": args.poll_interval,
         "concurrency": args.concurrency,
