@@ -280,6 +280,15 @@ class PassExecutor:
         self._jobs: dict[str, Job] = {}
         self._published: dict[str, _Published] = {}
 
+    def forget(self, job_id: str) -> None:
+        """Drop ``job_id`` from the per-job caches (it settled; a later pass reads it again)."""
+        self._jobs.pop(job_id, None)
+        self._published.pop(job_id, None)
+
+    def cached_jobs(self) -> frozenset[str]:
+        """The jobs the caches hold (for tests and debugging)."""
+        return frozenset(self._jobs) | frozenset(self._published)
+
     @property
     def writer(self) -> str:
         """This writer's token (part of each decision's msg id)."""

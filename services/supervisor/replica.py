@@ -55,7 +55,7 @@ from services.supervisor.passes import PassExecutor
 from services.supervisor.ports import DeliverFn
 from services.supervisor.scheduling import Scheduler, Source
 
-__all__ = ["Replica", "ReplicaExecutor"]
+__all__ = ["Replica"]
 
 log = logging.getLogger("dispatch.supervisor")
 
@@ -99,23 +99,6 @@ def _stores(
     )
 
 
-class ReplicaExecutor(PassExecutor):
-    """The pass executor, and a way to drop a settled job from its caches.
-
-    TODO(P1's passes.py): replace with ``PassExecutor.forget(job_id)`` when it has one;
-    this reaches into its two per-job caches (the folded job, the Status last published).
-    """
-
-    def forget(self, job_id: str) -> None:
-        """Drop ``job_id`` from the caches (it settled; a later pass reads it again)."""
-        self._jobs.pop(job_id, None)
-        self._published.pop(job_id, None)
-
-    def cached_jobs(self) -> frozenset[str]:
-        """The jobs the caches hold (for tests and debugging)."""
-        return frozenset(self._jobs) | frozenset(self._published)
-
-
 class Replica:
     """One supervisor replica's loops on one NATS connection."""
 
@@ -138,7 +121,7 @@ class Replica:
         self._cfg = cfg
         self._clock = clock
         self.records, self.discoveries, self.statuses = _stores(nc, layout, cfg.store_timeout_s)
-        self.executor = ReplicaExecutor(
+        self.executor = PassExecutor(
             records=self.records,
             discoveries=self.discoveries,
             statuses=self.statuses,

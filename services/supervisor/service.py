@@ -39,16 +39,15 @@ from services.common.lifecycle import (
 from services.supervisor.config import NOTIFIER, SupervisorConfig
 from services.supervisor.deadlines import Deadlines
 from services.supervisor.metrics import SupervisorMetrics
-from services.supervisor.passes import PassError, PassOutcome
+from services.supervisor.passes import PassError, PassExecutor, PassOutcome
 from services.supervisor.ports import DeliverFn
-from services.supervisor.replica import Replica, ReplicaExecutor, _stores
+from services.supervisor.replica import Replica, _stores
 from services.supervisor.scheduling import Scheduler, Source
 
 __all__ = [
     "Deadlines",
     "JobNotFound",
     "Replica",
-    "ReplicaExecutor",
     "Scheduler",
     "Source",
     "Supervisor",
@@ -190,7 +189,7 @@ class Supervisor:
         self._clock = clock
         self._retry_s = retry_s
         self.records, self.discoveries, self.statuses = _stores(nc, layout, store_timeout_s)
-        self.executor = ReplicaExecutor(
+        self.executor = PassExecutor(
             records=self.records,
             discoveries=self.discoveries,
             statuses=self.statuses,

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from dispatch_core import Cancel, decide
 from services.supervisor.deadlines import Deadlines
 from services.supervisor.metrics import SupervisorMetrics
-from services.supervisor.replica import ReplicaExecutor
+from services.supervisor.passes import PassExecutor
 from services.supervisor.scheduling import Scheduler
 from tests.unit.supervisor.deliveries import FakeDelivery
 from tests.unit.supervisor.test_passes import ALICE, CLUSTER, Installation
@@ -27,7 +27,7 @@ async def _no_publish(job_id: str, msg_id: str) -> bool:
 
 async def test_after_n_jobs_settle_the_caches_hold_none_of_them() -> None:
     inst = Installation()
-    executor = ReplicaExecutor(
+    executor = PassExecutor(
         records=inst.records,
         discoveries=inst.discoveries,
         statuses=inst.statuses,
@@ -47,7 +47,7 @@ async def test_after_n_jobs_settle_the_caches_hold_none_of_them() -> None:
         inst.submit(job_id)
         # Cancelled before any pass: the first pass settles it.
         cancel = decide(inst.job(job_id), Cancel(by=ALICE, reason="done"), datetime.now(UTC))
-        inst.records.write(job_id, *cancel)
+        inst.write(job_id, *cancel)
     live = "job-live"
     inst.submit(live)  # never settles here: it stays cached
     stop = asyncio.Event()

@@ -64,7 +64,7 @@ async def test_each_delivery_wakes_its_job_and_discoveries_are_kept_for_the_pass
 async def test_a_settled_status_empties_the_per_job_caches() -> None:
     inst = Installation()
     inst.submit("j")
-    inst.records.write("j", *decide(inst.job("j"), Cancel(by=ALICE, reason="x"), T0))
+    inst.write("j", *decide(inst.job("j"), Cancel(by=ALICE, reason="x"), T0))
     executor = PassExecutor(
         records=inst.records,
         discoveries=inst.discoveries,
