@@ -91,8 +91,10 @@ from dispatch_core.events import (
 from dispatch_core.fold import (
     RecordItem,
     fold,
+    fold_one,
 )
 from dispatch_core.job import (
+    STATUS_HISTORY_LIMIT,
     Attempt,
     Escalation,
     Hold,
@@ -181,6 +183,7 @@ __all__ = [
     "MAX_RESTART",
     "MAX_SUBMISSION",
     "SHARED_HOLD_FOR_S",
+    "STATUS_HISTORY_LIMIT",
     "SUPERVISOR",
     "WRITERS",
     "Abandon",
@@ -292,6 +295,7 @@ __all__ = [
     "epoch",
     "event_tag",
     "fold",
+    "fold_one",
     "is_job_id",
     "make_plan",
     "may_write",

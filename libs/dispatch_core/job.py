@@ -8,6 +8,9 @@ hold tuples, so a Job can be shared between passes and processes.
 from __future__ import annotations
 
 import enum
+import functools
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, Final, TypeVar
 
 import msgspec
 
@@ -28,10 +31,12 @@ from dispatch_core.state import (
 )
 
 __all__ = [
+    "STATUS_HISTORY_LIMIT",
     "Attempt",
     "Escalation",
     "Hold",
     "HoldView",
+    "Indexed",
     "Job",
     "LaunchOutcome",
     "ObjectRecord",
@@ -39,7 +44,72 @@ __all__ = [
     "Status",
     "Submission",
     "Transition",
+    "index_of",
 ]
+
+_T = TypeVar("_T")
+
+STATUS_HISTORY_LIMIT: Final = 50
+"""How many of a job's latest transitions a :class:`Status` carries (``Status.history``);
+``Status.history_total`` says how many the record holds. The whole history is the record's
+(``GET /v1/jobs/<job>/record``), so a Status stays small however long the job lives (issue 11:
+a Status carrying every transition would pass NATS's 1 MB message limit near 35,000 events)."""
+
+
+class Indexed(tuple[_T, ...]):
+    """A tuple of a folded Job (``objects``, ``escalations``) that carries its index: the
+    position of each item by key (an object's ref, an escalation's id).
+
+    ``fold`` builds the index once and shares it with every later version of the job,
+    adding only the new keys, so a lookup is a dict access and a new version costs nothing
+    per item it already held. Because versions share it, the index may hold keys of other
+    versions (another fold of the same prior): a position is trusted only when the item
+    there has the key (see :func:`find`). On the wire it is a plain array.
+    """
+
+    at: dict[Hashable, int]
+
+    def __new__(cls, items: Iterable[_T], at: dict[Hashable, int]) -> Indexed[_T]:
+        self = super().__new__(cls, items)
+        self.at = at
+        return self
+
+
+def index_of(items: tuple[_T, ...], key: Callable[[_T], Hashable]) -> dict[Hashable, int]:
+    """The index of ``items`` by ``key``: its own when ``items`` is :class:`Indexed`, else a
+    new one (the first of two items with one key wins, as a linear scan would find it)."""
+    if isinstance(items, Indexed):
+        return items.at
+    at: dict[Hashable, int] = {}
+    for i, item in enumerate(items):
+        at.setdefault(key(item), i)
+    return at
+
+
+def _find(
+    items: tuple[_T, ...], at: dict[Hashable, int], k: Hashable, key: Callable[[_T], Any]
+) -> _T | None:
+    """The item of ``items`` with key ``k`` through the index ``at``, or ``None``."""
+    i = at.get(k)
+    if i is None:
+        return None
+    if i < len(items):
+        item = items[i]
+        if key(item) == k:
+            return item
+    # Another version's entry (the index is shared): the item may still be here, elsewhere.
+    for item in items:
+        if key(item) == k:
+            return item
+    return None
+
+
+def _ref_of(obj: ObjectRecord) -> Hashable:
+    return obj.ref
+
+
+def _id_of(esc: Escalation) -> Hashable:
+    return esc.id
 
 
 class LaunchOutcome(enum.StrEnum):
@@ -192,7 +262,7 @@ class Transition(msgspec.Struct, frozen=True, kw_only=True):
     detail: str = ""
 
 
-class Job(msgspec.Struct, frozen=True, kw_only=True):
+class Job(msgspec.Struct, frozen=True, kw_only=True, dict=True):
     """A job's record, folded (seed 000, ``Fold``).
 
     Attributes:
@@ -215,6 +285,10 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
         history: the committed transitions, in order.
         ended_cause: the cause of the last execution the record shows ended (duplicates
             aside), or ``None`` while none has ended; a recovering job shows it (seed 000).
+
+    ``object`` and ``escalation`` look up by index (:class:`Indexed`): built once per record
+    by ``fold`` and carried by every later version, or built at the first lookup of a Job
+    that didn't come from ``fold`` (decoded, or built by hand).
     """
 
     job_id: str
@@ -256,18 +330,20 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
         return self.submissions[-1] if self.submissions else None
 
     def object(self, ref: ObjectRef) -> ObjectRecord | None:
-        """Return the record's entry for ``ref``, or ``None``."""
-        for obj in self.objects:
-            if obj.ref == ref:
-                return obj
-        return None
+        """Return the record's entry for ``ref``, or ``None`` (a dict lookup)."""
+        return _find(self.objects, self._objects_at, ref, _ref_of)
 
     def escalation(self, escalation_id: str) -> Escalation | None:
-        """Return the escalation with ``escalation_id``, or ``None``."""
-        for esc in self.escalations:
-            if esc.id == escalation_id:
-                return esc
-        return None
+        """Return the escalation with ``escalation_id``, or ``None`` (a dict lookup)."""
+        return _find(self.escalations, self._escalations_at, escalation_id, _id_of)
+
+    @functools.cached_property
+    def _objects_at(self) -> dict[Hashable, int]:
+        return index_of(self.objects, _ref_of)
+
+    @functools.cached_property
+    def _escalations_at(self) -> dict[Hashable, int]:
+        return index_of(self.escalations, _id_of)
 
     def spent(self, rule: int) -> int:
         """How many recoveries rule ``rule`` has made."""
@@ -299,12 +375,16 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
         at: the ``now`` it was projected at.
         seq: the record sequence it reflects (0 for object-only).
         hold: the hold in force.
-        history: committed transitions (recoveries, holds, outcomes), oldest first.
+        history: the latest committed transitions (recoveries, holds, outcomes), oldest
+            first: at most ``STATUS_HISTORY_LIMIT`` of them; the record holds them all.
         supersedes: the job this one supersedes; ``superseded_by`` the one superseding it.
         submission: N of the current submission.
         epoch: ``DISPATCH_EPOCH`` of the current execution, when one is known.
         objects: the refs of the job's live objects.
         settled: whether the job has an outcome and nothing of it can still act.
+        history_total: how many transitions the record holds; the ``history`` shown are the
+            last of them. 0 in a Status written before the history was bounded, whose
+            ``history`` is the whole history (see :attr:`history_count`).
     """
 
     job_id: str
@@ -321,3 +401,15 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
     epoch: int | None = None
     objects: tuple[ObjectRef, ...] = ()
     settled: bool = False
+    history_total: int = 0
+
+    @property
+    def history_count(self) -> int:
+        """How many transitions the record holds (also for a Status written before
+        ``history_total`` existed, which carried them all)."""
+        return max(self.history_total, len(self.history))
+
+    @property
+    def history_omitted(self) -> int:
+        """How many of the earliest transitions this Status leaves out of ``history``."""
+        return self.history_count - len(self.history)
