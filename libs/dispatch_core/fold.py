@@ -141,8 +141,15 @@ class _Vec(Generic[_T]):
 
 class _Keyed(_Vec[_T]):
     """A :class:`_Vec` whose items are found by key through the job's index
-    (:class:`~dispatch_core.job.Indexed`): the prior job's index is shared and only added
-    to, taken private only when another fold of the same prior put the same key elsewhere."""
+    (:class:`~dispatch_core.job.Indexed`).
+
+    The prior job's index is shared and only ever added to: an entry, once in a shared
+    index, is never changed (``dict.setdefault`` claims it in one step, so two folds of one
+    prior, even in two threads, can't both think they put the same key in). A fold that
+    finds its new key already placed elsewhere by another fold of the same prior takes a
+    private copy of the index. So for every version of the job, each of its keys maps to
+    its own position, and an entry that points elsewhere is another version's key.
+    """
 
     __slots__ = ("at", "key", "owned")
 
@@ -150,30 +157,26 @@ class _Keyed(_Vec[_T]):
         super().__init__(base)
         self.key = key
         self.at: dict[Hashable, int] = index_of(base, key)
-        self.owned = False
+        self.owned = not isinstance(base, Indexed)  # index_of built a new one
 
     def find(self, k: Hashable) -> int | None:
         """The position of the item with key ``k``, or ``None``."""
         i = self.at.get(k)
-        if i is None:
-            return None
-        if i < len(self) and self.key(self[i]) == k:
+        if i is not None and i < len(self) and self.key(self[i]) == k:
             return i
-        # The index is shared with other folds of an earlier version of the job: this entry
-        # is one of theirs. The item may still be here, elsewhere (rare): look.
-        for j, item in enumerate(self):
-            if self.key(item) == k:
-                return j
-        return None
+        return None  # absent, or another version's key
 
     def add(self, value: _T) -> None:
         """Append ``value``, whose key is new to this version of the job."""
         k, i = self.key(value), len(self)
-        other = self.at.get(k)
-        if other is not None and other != i and not self.owned:
-            self.at = dict(self.at)  # another fold's entry: don't move it under that fold
+        if self.owned:
+            self.at[k] = i
+        elif self.at.setdefault(k, i) != i:
+            # Another fold of an earlier version put this key elsewhere: keep that entry
+            # for that fold, and go on with a private copy.
+            self.at = dict(self.at)
+            self.at[k] = i
             self.owned = True
-        self.at[k] = i
         self.added.append(value)
 
     def freeze_indexed(self) -> tuple[_T, ...]:

@@ -63,8 +63,10 @@ class Indexed(tuple[_T, ...]):
     ``fold`` builds the index once and shares it with every later version of the job,
     adding only the new keys, so a lookup is a dict access and a new version costs nothing
     per item it already held. Because versions share it, the index may hold keys of other
-    versions (another fold of the same prior): a position is trusted only when the item
-    there has the key (see :func:`find`). On the wire it is a plain array.
+    versions (another fold of the same prior, or a later version): a position is trusted
+    only when this tuple's item there has the key. An entry in a shared index is never
+    changed, so each of this tuple's keys maps to its own position. On the wire it is a
+    plain array.
     """
 
     at: dict[Hashable, int]
@@ -91,17 +93,11 @@ def _find(
 ) -> _T | None:
     """The item of ``items`` with key ``k`` through the index ``at``, or ``None``."""
     i = at.get(k)
-    if i is None:
-        return None
-    if i < len(items):
+    if i is not None and i < len(items):
         item = items[i]
         if key(item) == k:
             return item
-    # Another version's entry (the index is shared): the item may still be here, elsewhere.
-    for item in items:
-        if key(item) == k:
-            return item
-    return None
+    return None  # absent, or another version's key (see Indexed)
 
 
 def _ref_of(obj: ObjectRecord) -> Hashable:
