@@ -57,11 +57,16 @@ from dispatch_core.job import (
     Indexed,
     Job,
     LaunchOutcome,
+    Marked,
     ObjectRecord,
     Recovery,
     Submission,
     Transition,
     index_of,
+    marks_of,
+    unconfirmed,
+    undelivered,
+    unknown_launch,
 )
 from dispatch_core.state import (
     Cause,
@@ -88,12 +93,13 @@ class _Vec(Generic[_T]):
     transition held (the prior's tuple is shared, never thawed); :meth:`freeze` builds the
     new tuple once, and returns the prior's own tuple when nothing changed."""
 
-    __slots__ = ("added", "base", "edits")
+    __slots__ = ("added", "base", "edits", "is_open")
 
-    def __init__(self, base: tuple[_T, ...]) -> None:
+    def __init__(self, base: tuple[_T, ...], is_open: Callable[[_T], bool] | None = None) -> None:
         self.base = base
         self.added: list[_T] = []
         self.edits: dict[int, _T] = {}
+        self.is_open = is_open
 
     def __len__(self) -> int:
         return len(self.base) + len(self.added)
@@ -138,6 +144,27 @@ class _Vec(Generic[_T]):
                 base = tuple(items)
         return (*base, *self.added) if self.added else base
 
+    def marks(self) -> tuple[int, ...]:
+        """The open items' positions (:class:`~dispatch_core.job.Marked`): the prior's,
+        with those of the items this fold edited or added found again."""
+        is_open = self.is_open
+        assert is_open is not None
+        prior = marks_of(self.base, is_open)
+        if not self.edits and not self.added:
+            return prior
+        n = len(self.base)
+        new = [n + j for j, item in enumerate(self.added) if is_open(item)]
+        if not self.edits:
+            return (*prior, *new) if new else prior
+        kept = [i for i in prior if i not in self.edits]
+        kept += [i for i, item in self.edits.items() if is_open(item)]
+        return (*sorted(kept), *new)
+
+    def freeze_marked(self) -> tuple[_T, ...]:
+        if not self.edits and not self.added and isinstance(self.base, Marked):
+            return self.base
+        return Marked(self.freeze(), self.marks())
+
 
 class _Keyed(_Vec[_T]):
     """A :class:`_Vec` whose items are found by key through the job's index
@@ -153,8 +180,10 @@ class _Keyed(_Vec[_T]):
 
     __slots__ = ("at", "key", "owned")
 
-    def __init__(self, base: tuple[_T, ...], key: Callable[[_T], Hashable]) -> None:
-        super().__init__(base)
+    def __init__(
+        self, base: tuple[_T, ...], key: Callable[[_T], Hashable], is_open: Callable[[_T], bool]
+    ) -> None:
+        super().__init__(base, is_open)
         self.key = key
         self.at: dict[Hashable, int] = index_of(base, key)
         self.owned = not isinstance(base, Indexed)  # index_of built a new one
@@ -180,10 +209,10 @@ class _Keyed(_Vec[_T]):
         self.added.append(value)
 
     def freeze_indexed(self) -> tuple[_T, ...]:
-        frozen = self.freeze()
-        if isinstance(frozen, Indexed) and frozen.at is self.at:
-            return frozen
-        return Indexed(frozen, self.at)
+        base = self.base
+        if not self.edits and not self.added and isinstance(base, Indexed) and base.at is self.at:
+            return base
+        return Indexed(self.freeze(), self.marks(), self.at)
 
 
 def _object_key(obj: ObjectRecord) -> Hashable:
@@ -232,8 +261,8 @@ class _Acc:
         self.declarations, self.generation = job.declarations, job.generation
         self.supersedes, self.superseded_by = job.supersedes, job.superseded_by
         self.created_at, self.created_by = job.created_at, job.created_by
-        self.submissions = _Vec(job.submissions)
-        self.objects = _Keyed(job.objects, _object_key)
+        self.submissions = _Vec(job.submissions, unknown_launch)
+        self.objects = _Keyed(job.objects, _object_key, unconfirmed)
         self.recoveries = _Vec(job.recoveries)
         self.holds = _Vec(job.holds)
         self.outcome, self.outcome_cause, self.outcome_at = (
@@ -244,7 +273,7 @@ class _Acc:
         self.cancel_requested_at, self.cancelled_by = job.cancel_requested_at, job.cancelled_by
         self.emergency_stop_at = job.emergency_stop_at
         self.abandoned = _Vec(job.abandoned)
-        self.escalations = _Keyed(job.escalations, _escalation_key)
+        self.escalations = _Keyed(job.escalations, _escalation_key, undelivered)
         self.history = _Vec(job.history)
         self.ended_cause = job.ended_cause
 
@@ -279,7 +308,7 @@ class _Acc:
             superseded_by=self.superseded_by,
             created_at=self.created_at,
             created_by=self.created_by,
-            submissions=self.submissions.freeze(),
+            submissions=self.submissions.freeze_marked(),
             objects=self.objects.freeze_indexed(),
             recoveries=self.recoveries.freeze(),
             holds=self.holds.freeze(),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import functools
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Self, TypeVar
 
 import msgspec
 
@@ -39,12 +39,17 @@ __all__ = [
     "Indexed",
     "Job",
     "LaunchOutcome",
+    "Marked",
     "ObjectRecord",
     "Recovery",
     "Status",
     "Submission",
     "Transition",
     "index_of",
+    "marks_of",
+    "unconfirmed",
+    "undelivered",
+    "unknown_launch",
 ]
 
 _T = TypeVar("_T")
@@ -56,23 +61,38 @@ STATUS_HISTORY_LIMIT: Final = 50
 a Status carrying every transition would pass NATS's 1 MB message limit near 35,000 events)."""
 
 
-class Indexed(tuple[_T, ...]):
-    """A tuple of a folded Job (``objects``, ``escalations``) that carries its index: the
-    position of each item by key (an object's ref, an escalation's id).
+class Marked(tuple[_T, ...]):
+    """A tuple of a folded Job that carries, in order, the positions of its items that are
+    still open (``marks``): the objects whose end the scheduler hasn't confirmed, the
+    submissions with a launch of unknown outcome, the escalations undelivered. ``fold``
+    keeps them as it goes, so the planner visits what is open, not everything the record
+    ever held. Each version of the job has its own marks. On the wire it is a plain array.
+    """
+
+    marks: tuple[int, ...]
+
+    def __new__(cls, items: Iterable[_T], marks: tuple[int, ...]) -> Self:
+        self = super().__new__(cls, items)
+        self.marks = marks
+        return self
+
+
+class Indexed(Marked[_T]):
+    """A :class:`Marked` tuple (``objects``, ``escalations``) that also carries its index:
+    the position of each item by key (an object's ref, an escalation's id).
 
     ``fold`` builds the index once and shares it with every later version of the job,
     adding only the new keys, so a lookup is a dict access and a new version costs nothing
     per item it already held. Because versions share it, the index may hold keys of other
     versions (another fold of the same prior, or a later version): a position is trusted
     only when this tuple's item there has the key. An entry in a shared index is never
-    changed, so each of this tuple's keys maps to its own position. On the wire it is a
-    plain array.
+    changed, so each of this tuple's keys maps to its own position.
     """
 
     at: dict[Hashable, int]
 
-    def __new__(cls, items: Iterable[_T], at: dict[Hashable, int]) -> Indexed[_T]:
-        self = super().__new__(cls, items)
+    def __new__(cls, items: Iterable[_T], marks: tuple[int, ...], at: dict[Hashable, int]) -> Self:
+        self = super().__new__(cls, items, marks)
         self.at = at
         return self
 
@@ -86,6 +106,30 @@ def index_of(items: tuple[_T, ...], key: Callable[[_T], Hashable]) -> dict[Hasha
     for i, item in enumerate(items):
         at.setdefault(key(item), i)
     return at
+
+
+def marks_of(items: tuple[_T, ...], is_open: Callable[[_T], bool]) -> tuple[int, ...]:
+    """The positions of the open items: its own when ``items`` is :class:`Marked`, else
+    found (``is_open`` must be the predicate ``fold`` marks that tuple with)."""
+    if isinstance(items, Marked):
+        return items.marks
+    return tuple(i for i, item in enumerate(items) if is_open(item))
+
+
+def unconfirmed(obj: ObjectRecord) -> bool:
+    """Whether the record holds no end of the object the scheduler reported: no execution
+    recorded ended, or only the fence's (gone is not ended, issue 15)."""
+    return obj.fenced or not obj.ended
+
+
+def unknown_launch(sub: Submission) -> bool:
+    """Whether a launch attempt of the submission has an unknown outcome."""
+    return any(a.outcome is LaunchOutcome.UNKNOWN for a in sub.attempts)
+
+
+def undelivered(esc: Escalation) -> bool:
+    """Whether no channel has accepted the escalation yet."""
+    return esc.delivered is None
 
 
 def _find(
@@ -332,6 +376,43 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, dict=True):
     def escalation(self, escalation_id: str) -> Escalation | None:
         """Return the escalation with ``escalation_id``, or ``None`` (a dict lookup)."""
         return _find(self.escalations, self._escalations_at, escalation_id, _id_of)
+
+    def objects_among(self, refs: Iterable[ObjectRef]) -> list[ObjectRecord]:
+        """The record's entries for those of ``refs`` it holds, in record order (each once)."""
+        at = self._objects_at
+        objects = self.objects
+        found: set[int] = set()
+        for ref in refs:
+            i = at.get(ref)
+            if i is not None and i < len(objects) and objects[i].ref == ref:
+                found.add(i)
+        return [objects[i] for i in sorted(found)]
+
+    def first_launched(self, number: int) -> ObjectRecord | None:
+        """The first object (in record order) launched for submission ``number`` and not a
+        duplicate, or ``None``: the objects a ``launch.recorded`` made for its attempts."""
+        if not 1 <= number <= len(self.submissions):
+            return None
+        refs = [a.ref for a in self.submissions[number - 1].attempts if a.ref is not None]
+        launched = [o for o in self.objects_among(refs) if not o.duplicate]
+        return launched[0] if launched else None
+
+    def unconfirmed_objects(self) -> list[ObjectRecord]:
+        """The objects whose end the record doesn't hold from the scheduler (none recorded,
+        or only the fence's), in record order."""
+        return [self.objects[i] for i in self._unconfirmed]
+
+    def unknown_submissions(self) -> list[Submission]:
+        """The submissions with a launch attempt of unknown outcome, in order."""
+        return [self.submissions[i] for i in self._unknown]
+
+    @functools.cached_property
+    def _unconfirmed(self) -> tuple[int, ...]:
+        return marks_of(self.objects, unconfirmed)
+
+    @functools.cached_property
+    def _unknown(self) -> tuple[int, ...]:
+        return marks_of(self.submissions, unknown_launch)
 
     @functools.cached_property
     def _objects_at(self) -> dict[Hashable, int]:

@@ -223,10 +223,8 @@ def settled(job: Job, discovery: Discovery | None) -> bool:
     """
     if job.outcome is None:
         return False
-    for sub in job.submissions:
-        for att in sub.attempts:
-            if att.outcome is LaunchOutcome.UNKNOWN:
-                return False
+    if job.unknown_submissions():
+        return False
     if discovery is None:
         return not job.objects
     abandoned = {t.foreign for t in job.abandoned if t.foreign is not None}
