@@ -64,6 +64,9 @@ from dispatch_core.job import (
     Transition,
     index_of,
     marks_of,
+    recovery_kind,
+    submission_kind,
+    tally_of,
     unconfirmed,
     undelivered,
     unknown_launch,
@@ -87,19 +90,33 @@ writer that appended it (contract v2's record subject says which)."""
 _T = TypeVar("_T")
 
 
+def _never(item: object) -> bool:
+    return False
+
+
+def _nothing(item: object) -> Hashable:
+    return None
+
+
 class _Vec(Generic[_T]):
     """A tuple of the prior job being changed: appends and edits are kept beside it, so a
     fold that appends one transition to a 10,000-transition history does no work per
     transition held (the prior's tuple is shared, never thawed); :meth:`freeze` builds the
     new tuple once, and returns the prior's own tuple when nothing changed."""
 
-    __slots__ = ("added", "base", "edits", "is_open")
+    __slots__ = ("added", "base", "edits", "is_open", "kind")
 
-    def __init__(self, base: tuple[_T, ...], is_open: Callable[[_T], bool] | None = None) -> None:
+    def __init__(
+        self,
+        base: tuple[_T, ...],
+        is_open: Callable[[_T], bool] = _never,
+        kind: Callable[[_T], Hashable] = _nothing,
+    ) -> None:
         self.base = base
         self.added: list[_T] = []
         self.edits: dict[int, _T] = {}
         self.is_open = is_open
+        self.kind = kind
 
     def __len__(self) -> int:
         return len(self.base) + len(self.added)
@@ -148,7 +165,6 @@ class _Vec(Generic[_T]):
         """The open items' positions (:class:`~dispatch_core.job.Marked`): the prior's,
         with those of the items this fold edited or added found again."""
         is_open = self.is_open
-        assert is_open is not None
         prior = marks_of(self.base, is_open)
         if not self.edits and not self.added:
             return prior
@@ -160,10 +176,28 @@ class _Vec(Generic[_T]):
         kept += [i for i, item in self.edits.items() if is_open(item)]
         return (*sorted(kept), *new)
 
+    def tally(self) -> Mapping[Hashable, int]:
+        """How many items of each kind (:class:`~dispatch_core.job.Marked`): the prior's,
+        with this fold's edits and additions counted."""
+        kind = self.kind
+        prior = tally_of(self.base, kind)
+        if not self.edits and not self.added:
+            return prior
+        tally = dict(prior)
+        for i, item in self.edits.items():
+            before, after = kind(self.base[i]), kind(item)
+            if before != after:
+                tally[before] -= 1
+                tally[after] = tally.get(after, 0) + 1
+        for item in self.added:
+            k = kind(item)
+            tally[k] = tally.get(k, 0) + 1
+        return tally
+
     def freeze_marked(self) -> tuple[_T, ...]:
         if not self.edits and not self.added and isinstance(self.base, Marked):
             return self.base
-        return Marked(self.freeze(), self.marks())
+        return Marked(self.freeze(), self.marks(), self.tally())
 
 
 class _Keyed(_Vec[_T]):
@@ -212,7 +246,7 @@ class _Keyed(_Vec[_T]):
         base = self.base
         if not self.edits and not self.added and isinstance(base, Indexed) and base.at is self.at:
             return base
-        return Indexed(self.freeze(), self.marks(), self.at)
+        return Indexed(self.freeze(), self.marks(), self.tally(), self.at)
 
 
 def _object_key(obj: ObjectRecord) -> Hashable:
@@ -261,9 +295,9 @@ class _Acc:
         self.declarations, self.generation = job.declarations, job.generation
         self.supersedes, self.superseded_by = job.supersedes, job.superseded_by
         self.created_at, self.created_by = job.created_at, job.created_by
-        self.submissions = _Vec(job.submissions, unknown_launch)
+        self.submissions = _Vec(job.submissions, unknown_launch, submission_kind)
         self.objects = _Keyed(job.objects, _object_key, unconfirmed)
-        self.recoveries = _Vec(job.recoveries)
+        self.recoveries = _Vec(job.recoveries, kind=recovery_kind)
         self.holds = _Vec(job.holds)
         self.outcome, self.outcome_cause, self.outcome_at = (
             job.outcome,
@@ -310,7 +344,7 @@ class _Acc:
             created_by=self.created_by,
             submissions=self.submissions.freeze_marked(),
             objects=self.objects.freeze_indexed(),
-            recoveries=self.recoveries.freeze(),
+            recoveries=self.recoveries.freeze_marked(),
             holds=self.holds.freeze(),
             outcome=self.outcome,
             outcome_cause=self.outcome_cause,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, Final, Self, TypeVar
 
 import msgspec
@@ -47,6 +47,9 @@ __all__ = [
     "Transition",
     "index_of",
     "marks_of",
+    "recovery_kind",
+    "submission_kind",
+    "tally_of",
     "unconfirmed",
     "undelivered",
     "unknown_launch",
@@ -63,17 +66,23 @@ a Status carrying every transition would pass NATS's 1 MB message limit near 35,
 
 class Marked(tuple[_T, ...]):
     """A tuple of a folded Job that carries, in order, the positions of its items that are
-    still open (``marks``): the objects whose end the scheduler hasn't confirmed, the
-    submissions with a launch of unknown outcome, the escalations undelivered. ``fold``
-    keeps them as it goes, so the planner visits what is open, not everything the record
-    ever held. Each version of the job has its own marks. On the wire it is a plain array.
+    still open (``marks``: the objects whose end the scheduler hasn't confirmed, the
+    submissions with a launch of unknown outcome, the escalations undelivered), and how many
+    items it holds of each kind (``tally``: recoveries by rule and nativeness, submissions
+    by why). ``fold`` keeps both as it goes, so the planner visits what is open and counts
+    in one step, not by going through everything the record ever held. Each version of the
+    job has its own. On the wire it is a plain array.
     """
 
     marks: tuple[int, ...]
+    tally: Mapping[Hashable, int]
 
-    def __new__(cls, items: Iterable[_T], marks: tuple[int, ...]) -> Self:
+    def __new__(
+        cls, items: Iterable[_T], marks: tuple[int, ...], tally: Mapping[Hashable, int]
+    ) -> Self:
         self = super().__new__(cls, items)
         self.marks = marks
+        self.tally = tally
         return self
 
 
@@ -91,8 +100,14 @@ class Indexed(Marked[_T]):
 
     at: dict[Hashable, int]
 
-    def __new__(cls, items: Iterable[_T], marks: tuple[int, ...], at: dict[Hashable, int]) -> Self:
-        self = super().__new__(cls, items, marks)
+    def __new__(
+        cls,
+        items: Iterable[_T],
+        marks: tuple[int, ...],
+        tally: Mapping[Hashable, int],
+        at: dict[Hashable, int],
+    ) -> Self:
+        self = super().__new__(cls, items, marks, tally)
         self.at = at
         return self
 
@@ -114,6 +129,28 @@ def marks_of(items: tuple[_T, ...], is_open: Callable[[_T], bool]) -> tuple[int,
     if isinstance(items, Marked):
         return items.marks
     return tuple(i for i, item in enumerate(items) if is_open(item))
+
+
+def tally_of(items: tuple[_T, ...], kind: Callable[[_T], Hashable]) -> Mapping[Hashable, int]:
+    """How many items of each kind: its own when ``items`` is :class:`Marked`, else counted
+    (``kind`` must be the one ``fold`` tallies that tuple by)."""
+    if isinstance(items, Marked):
+        return items.tally
+    tally: dict[Hashable, int] = {}
+    for item in items:
+        k = kind(item)
+        tally[k] = tally.get(k, 0) + 1
+    return tally
+
+
+def recovery_kind(recovery: Recovery) -> Hashable:
+    """What recoveries are tallied by: their rule, and whether the backend made it."""
+    return (recovery.rule, recovery.native)
+
+
+def submission_kind(sub: Submission) -> Hashable:
+    """What submissions are tallied by: why each was opened."""
+    return str(sub.why)
 
 
 def unconfirmed(obj: ObjectRecord) -> bool:
@@ -424,7 +461,29 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, dict=True):
 
     def spent(self, rule: int) -> int:
         """How many recoveries rule ``rule`` has made."""
-        return sum(1 for r in self.recoveries if r.rule == rule)
+        tally = self._recoveries_tally
+        return tally.get((rule, False), 0) + tally.get((rule, True), 0)
+
+    def recoveries_made(self, *, native: bool) -> int:
+        """How many recoveries the backend made natively (``native``), or the supervisor."""
+        made = 0
+        for kind, n in self._recoveries_tally.items():
+            if isinstance(kind, tuple) and kind[1] == native:
+                made += n
+        return made
+
+    def submissions_opened(self, *whys: str) -> int:
+        """How many submissions were opened for any of ``whys``."""
+        tally = self._submissions_tally
+        return sum(tally.get(why, 0) for why in whys)
+
+    @functools.cached_property
+    def _recoveries_tally(self) -> Mapping[Hashable, int]:
+        return tally_of(self.recoveries, recovery_kind)
+
+    @functools.cached_property
+    def _submissions_tally(self) -> Mapping[Hashable, int]:
+        return tally_of(self.submissions, submission_kind)
 
 
 class HoldView(msgspec.Struct, frozen=True, kw_only=True):

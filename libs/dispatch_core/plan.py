@@ -491,9 +491,12 @@ def _resume_recovery(p: _Pass) -> None:
     opened now, and no budget is spent twice.
     """
     job = p.job
-    recoveries = [r for r in job.recoveries if not r.native]
-    opened = sum(1 for s in job.submissions if s.why in _RECOVERY_WHYS)
-    if job.outcome is None and len(recoveries) > opened and job.submission is not None:
+    if (
+        job.outcome is None
+        and job.recoveries_made(native=False) > job.submissions_opened(*_RECOVERY_WHYS)
+        and job.submission is not None
+    ):
+        recoveries = [r for r in job.recoveries if not r.native]
         _open_submission(p, "recovery", recoveries[-1].cause)
 
 

@@ -537,11 +537,31 @@ def _scan_escalation(job: Job, escalation_id: str) -> Escalation | None:
 
 def _lookups_agree(job: Job, refs: set[ObjectRef], ids: set[str]) -> None:
     """``Job.object``/``escalation`` (by index) answer what a linear scan answers, for the
-    job's own keys and for keys only other versions of the job hold."""
+    job's own keys and for keys only other versions of the job hold; and so do the other
+    accessors the planner uses instead of going through the whole job."""
     for ref in refs:
         assert job.object(ref) == _scan_object(job, ref)
     for escalation_id in ids:
         assert job.escalation(escalation_id) == _scan_escalation(job, escalation_id)
+    # What fold keeps of each version (marks and tallies) is what going through it finds.
+    assert job.unconfirmed_objects() == [o for o in job.objects if o.fenced or not o.ended]
+    assert job.unknown_submissions() == [
+        s for s in job.submissions if any(a.outcome is LaunchOutcome.UNKNOWN for a in s.attempts)
+    ]
+    for rule in range(len(job.plan.rules)):
+        assert job.spent(rule) == sum(1 for r in job.recoveries if r.rule == rule)
+    for native in (False, True):
+        assert job.recoveries_made(native=native) == sum(
+            1 for r in job.recoveries if r.native == native
+        )
+    whys = {s.why for s in job.submissions} | {"recovery"}
+    for why in whys:
+        assert job.submissions_opened(why) == sum(1 for s in job.submissions if s.why == why)
+    assert job.objects_among(refs) == [o for o in job.objects if o.ref in refs]
+    for sub in job.submissions:
+        assert job.first_launched(sub.number) == next(
+            (o for o in job.objects if o.submission == sub.number and not o.duplicate), None
+        )
 
 
 @given(records())
@@ -642,6 +662,7 @@ def test_a_job_not_folded_here_is_looked_up_by_an_index_built_once() -> None:
     decoded = decode(encode(job), Job)
     assert decoded == job
     assert not isinstance(decoded.objects, Indexed)
+    _lookups_agree(decoded, {REF, ObjectRef(cluster="c", id="404")}, {"none"})
     launched = job.object(REF)
     assert launched is not None
     assert decoded.object(REF) == launched
