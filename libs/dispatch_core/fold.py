@@ -104,7 +104,7 @@ class _Vec(Generic[_T]):
     transition held (the prior's tuple is shared, never thawed); :meth:`freeze` builds the
     new tuple once, and returns the prior's own tuple when nothing changed."""
 
-    __slots__ = ("added", "base", "edits", "is_open", "kind")
+    __slots__ = ("added", "base", "edits", "is_open", "kind", "n")
 
     def __init__(
         self,
@@ -113,26 +113,30 @@ class _Vec(Generic[_T]):
         kind: Callable[[_T], Hashable] = _nothing,
     ) -> None:
         self.base = base
+        self.n = len(base)  # the hot paths compare with it: kept, not asked
         self.added: list[_T] = []
         self.edits: dict[int, _T] = {}
         self.is_open = is_open
         self.kind = kind
 
     def __len__(self) -> int:
-        return len(self.base) + len(self.added)
+        return self.n + len(self.added)
 
     def __getitem__(self, i: int) -> _T:
         """Item ``i`` (``0 <= i < len``, or -1 for the last)."""
-        n = len(self.base)
+        n = self.n
         if i < 0:
             i += n + len(self.added)
         if i >= n:
             return self.added[i - n]
-        edited = self.edits.get(i)
-        return self.base[i] if edited is None else edited
+        if self.edits:
+            edited = self.edits.get(i)
+            if edited is not None:
+                return edited
+        return self.base[i]
 
     def __setitem__(self, i: int, value: _T) -> None:
-        n = len(self.base)
+        n = self.n
         if i < 0:
             i += n + len(self.added)
         if i >= n:
@@ -225,7 +229,7 @@ class _Keyed(_Vec[_T]):
     def find(self, k: Hashable) -> int | None:
         """The position of the item with key ``k``, or ``None``."""
         i = self.at.get(k)
-        if i is not None and i < len(self) and self.key(self[i]) == k:
+        if i is not None and i < self.n + len(self.added) and self.key(self[i]) == k:
             return i
         return None  # absent, or another version's key
 
@@ -364,8 +368,9 @@ class _Acc:
         return MalformedRecord(self.job_id, seq, problem)
 
     def submission(self, seq: int, number: int, what: str) -> Submission:
-        if 1 <= number <= len(self.submissions):
-            return self.submissions[number - 1]
+        subs = self.submissions
+        if 0 < number <= subs.n + len(subs.added):
+            return subs[number - 1]
         raise self.bad(
             seq,
             f"{what} names submission {number}, which was never opened "
