@@ -85,6 +85,9 @@ class Marked(tuple[_T, ...]):
         self.tally = tally
         return self
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (tuple(self), self.marks, self.tally))
+
 
 class Indexed(Marked[_T]):
     """A :class:`Marked` tuple (``objects``, ``escalations``) that also carries its index:
@@ -110,6 +113,9 @@ class Indexed(Marked[_T]):
         self = super().__new__(cls, items, marks, tally)
         self.at = at
         return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (tuple(self), self.marks, self.tally, self.at))
 
 
 def index_of(items: tuple[_T, ...], key: Callable[[_T], Hashable]) -> dict[Hashable, int]:

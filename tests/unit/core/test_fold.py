@@ -3,6 +3,8 @@ docs/core-semantics.md, "fold")."""
 
 from __future__ import annotations
 
+import copy
+import pickle
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -671,3 +673,15 @@ def test_a_job_not_folded_here_is_looked_up_by_an_index_built_once() -> None:
         decoded, job.seq + 1, GateOpened(job_id="j1", at=_t(4), ref=REF), WriterKind.SUPERVISOR
     )
     assert opened.object(REF) == replace(launched, gate_opened_at=_t(4))
+
+
+def test_a_folded_job_copies_and_pickles_with_what_fold_keeps() -> None:
+    """A Job goes between processes (pickle) and may be copied: its tuples keep their
+    index, marks and tallies, and answer as before."""
+    job = _fold(_preempted_once())
+    for copied in (pickle.loads(pickle.dumps(job)), copy.deepcopy(job), copy.copy(job)):
+        assert copied == job
+        assert isinstance(copied.objects, Indexed)
+        assert copied.object(REF) == job.object(REF)
+        assert copied.spent(0) == job.spent(0) == 1
+        assert copied.unconfirmed_objects() == job.unconfirmed_objects()
