@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from datetime import datetime
-from typing import Final, Generic, TypeVar, assert_never
+from typing import Final, Generic, Protocol, TypeVar, assert_never
 
 from msgspec.structs import replace
 
 from dispatch_core.errors import MalformedRecord, OutOfOrderEvent, WriterRefused
 from dispatch_core.events import (
     Abandoned,
+    AbandonTarget,
     CancelRequested,
     CessationObserved,
     EmergencyStopRequested,
@@ -253,6 +254,77 @@ class _Keyed(_Vec[_T]):
         return Indexed(self.freeze(), self.marks(), self.tally(), self.at)
 
 
+class _Fresh(list[_T]):
+    """The twin of :class:`_Vec` for a record folded from its beginning: a plain list
+    (its lookups and appends run at C speed, the full fold's hot path) with the same
+    freezing."""
+
+    __slots__ = ("is_open", "kind")
+
+    def __init__(
+        self, is_open: Callable[[_T], bool] = _never, kind: Callable[[_T], Hashable] = _nothing
+    ) -> None:
+        super().__init__()
+        self.is_open = is_open
+        self.kind = kind
+
+    def freeze(self) -> tuple[_T, ...]:
+        return tuple(self)
+
+    def freeze_marked(self) -> tuple[_T, ...]:
+        return Marked(self, *self._derived())
+
+    def _derived(self) -> tuple[tuple[int, ...], dict[Hashable, int]]:
+        is_open, kind = self.is_open, self.kind
+        tally: dict[Hashable, int] = {}
+        for item in self:
+            k = kind(item)
+            tally[k] = tally.get(k, 0) + 1
+        return tuple(i for i, item in enumerate(self) if is_open(item)), tally
+
+
+class _FreshKeyed(_Fresh[_T]):
+    """:class:`_Fresh` with the index :class:`_Keyed` keeps (this fold's own)."""
+
+    __slots__ = ("at", "key")
+
+    def __init__(
+        self, key: Callable[[_T], Hashable], is_open: Callable[[_T], bool] = _never
+    ) -> None:
+        super().__init__(is_open)
+        self.key = key
+        self.at: dict[Hashable, int] = {}
+
+    def find(self, k: Hashable) -> int | None:
+        return self.at.get(k)
+
+    def add(self, value: _T) -> None:
+        self.at[self.key(value)] = len(self)
+        self.append(value)
+
+    def freeze_indexed(self) -> tuple[_T, ...]:
+        return Indexed(self, *self._derived(), self.at)
+
+
+class _Items(Protocol[_T]):
+    """What ``_apply`` uses of a tuple being folded (:class:`_Vec` or :class:`_Fresh`)."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int, /) -> _T: ...
+    def __setitem__(self, i: int, value: _T, /) -> None: ...
+    def append(self, value: _T, /) -> None: ...
+    def freeze(self) -> tuple[_T, ...]: ...
+    def freeze_marked(self) -> tuple[_T, ...]: ...
+
+
+class _KeyedItems(_Items[_T], Protocol[_T]):
+    """:class:`_Items` found by key (:class:`_Keyed` or :class:`_FreshKeyed`)."""
+
+    def find(self, k: Hashable) -> int | None: ...
+    def add(self, value: _T) -> None: ...
+    def freeze_indexed(self) -> tuple[_T, ...]: ...
+
+
 def _object_key(obj: ObjectRecord) -> Hashable:
     return obj.ref
 
@@ -293,16 +365,32 @@ class _Acc:
         "supersedes",
     )
 
-    def __init__(self, job: Job) -> None:
+    def __init__(self, job: Job, *, fresh: bool = False) -> None:
         self.job_id, self.seq = job.job_id, job.seq
         self.spec, self.policy, self.plan = job.spec, job.policy, job.plan
         self.declarations, self.generation = job.declarations, job.generation
         self.supersedes, self.superseded_by = job.supersedes, job.superseded_by
         self.created_at, self.created_by = job.created_at, job.created_by
-        self.submissions = _Vec(job.submissions, unknown_launch, submission_kind)
-        self.objects = _Keyed(job.objects, _object_key, unconfirmed)
-        self.recoveries = _Vec(job.recoveries, kind=recovery_kind)
-        self.holds = _Vec(job.holds)
+        self.submissions: _Items[Submission]
+        self.objects: _KeyedItems[ObjectRecord]
+        self.recoveries: _Items[Recovery]
+        self.holds: _Items[Hold]
+        self.abandoned: _Items[AbandonTarget]
+        self.escalations: _KeyedItems[Escalation]
+        self.history: _Items[Transition]
+        if fresh:  # a record folded from its beginning: plain lists
+            self.submissions = _Fresh(unknown_launch, submission_kind)
+            self.objects = _FreshKeyed(_object_key, unconfirmed)
+            self.recoveries = _Fresh(kind=recovery_kind)
+            self.holds, self.abandoned, self.history = _Fresh(), _Fresh(), _Fresh()
+            self.escalations = _FreshKeyed(_escalation_key, undelivered)
+        else:  # over a prior job: its tuples shared, changes kept beside them
+            self.submissions = _Vec(job.submissions, unknown_launch, submission_kind)
+            self.objects = _Keyed(job.objects, _object_key, unconfirmed)
+            self.recoveries = _Vec(job.recoveries, kind=recovery_kind)
+            self.holds, self.abandoned = _Vec(job.holds), _Vec(job.abandoned)
+            self.history = _Vec(job.history)
+            self.escalations = _Keyed(job.escalations, _escalation_key, undelivered)
         self.outcome, self.outcome_cause, self.outcome_at = (
             job.outcome,
             job.outcome_cause,
@@ -310,9 +398,6 @@ class _Acc:
         )
         self.cancel_requested_at, self.cancelled_by = job.cancel_requested_at, job.cancelled_by
         self.emergency_stop_at = job.emergency_stop_at
-        self.abandoned = _Vec(job.abandoned)
-        self.escalations = _Keyed(job.escalations, _escalation_key, undelivered)
-        self.history = _Vec(job.history)
         self.ended_cause = job.ended_cause
 
     @classmethod
@@ -330,7 +415,8 @@ class _Acc:
                 superseded_by=None,
                 created_at=ev.at,
                 created_by=ev.by,
-            )
+            ),
+            fresh=True,
         )
 
     def freeze(self) -> Job:
@@ -369,7 +455,7 @@ class _Acc:
 
     def submission(self, seq: int, number: int, what: str) -> Submission:
         subs = self.submissions
-        if 0 < number <= subs.n + len(subs.added):
+        if 0 < number <= len(subs):
             return subs[number - 1]
         raise self.bad(
             seq,
