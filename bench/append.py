@@ -104,6 +104,7 @@ def _locked_users(tmp: Path, layouts: list[Layout]) -> tuple[list[User], Path]:
     union = Permissions(
         publish=tuple(dict.fromkeys(s for p in perms for s in p.publish)),
         subscribe=tuple(dict.fromkeys(s for p in perms for s in p.subscribe)),
+        deny_publish=tuple(dict.fromkeys(s for p in perms for s in p.deny_publish)),
     )
     return [User(identity=ident, nkey=keys[ident], permissions=union)], seed_path(
         tmp / "identities", ident

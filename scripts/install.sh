@@ -8,6 +8,8 @@
 #
 # The ML frameworks (torch, transformers, lightning, scikit-learn) are only for the examples
 # and the tests; a training image installs packaging/dispatch-ckpt (packaging/README.md).
+# The full install also puts Debian's chromium on the machine (apt-get; root or sudo) for
+# the web page's browser tests.
 #
 # Idempotent: a second run only installs what is missing. Needs Python >= 3.11 with venv
 # (Debian 12: apt-get install python3-venv). Services (nats-server, the S3 test servers) come
@@ -21,7 +23,7 @@ mode=all
 case "${1:-}" in
     "") ;;
     --services) mode=services ;;
-    -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "install: error: unknown argument '$1' (scripts/install.sh [--services])" >&2; exit 2 ;;
 esac
 
@@ -54,4 +56,18 @@ if ! "$venv/bin/python" -c 'import torch' 2> /dev/null; then
 fi
 say "installing the framework extras (transformers, lightning, scikit-learn)"
 "${pip[@]}" -e "$top[test,hf,lightning,examples]" torch==2.13.0
+# The web page's browser tests (tests/browser) drive Debian's chromium through Playwright
+# (from PyPI, in [test]); Playwright's own browser downloads are never used.
+if ! command -v chromium > /dev/null 2>&1; then
+    say "installing chromium (Debian's package) for the browser tests"
+    if [ "$(id -u)" = 0 ]; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium > /dev/null ||
+            { apt-get update -q > /dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium > /dev/null; }
+    elif command -v sudo > /dev/null 2>&1; then
+        sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium > /dev/null
+    else
+        echo "install: error: the browser tests need chromium: apt-get install chromium (as root)" >&2
+        exit 1
+    fi
+fi
 say "done: $("$venv/bin/python" -V), dispatch at $top"

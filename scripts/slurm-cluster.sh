@@ -57,6 +57,15 @@
 #                            script did not write (a backup is kept)  [0]
 #   SLURM_LAB_CANCEL_WAIT    stop: s to wait for cancelled jobs       [45]
 #   SLURM_LAB_KEEP_JOBS      stop: 1 = do not cancel jobs; = --keep-jobs [0]
+#   SLURM_LAB_USERS          Unix users created for jobs that run as
+#                            their owners (issue 16; with accounting,
+#                            each gets an association in account
+#                            "dispatch-users"); dispatch's backend
+#                            acts for them through sudo, which is
+#                            installed too, with a service user
+#                            dj-dispatch, group dispatch-users and
+#                            /etc/sudoers.d/dispatch-test (the
+#                            shipped rule)                 [dj-alice dj-bob]
 set -euo pipefail
 
 PROG=slurm-cluster
@@ -92,6 +101,8 @@ FRESH=${SLURM_LAB_FRESH:-0}
 FORCE=${SLURM_LAB_FORCE:-0}
 CANCEL_WAIT=${SLURM_LAB_CANCEL_WAIT:-45}
 KEEP_JOBS=${SLURM_LAB_KEEP_JOBS:-0}
+USERS=${SLURM_LAB_USERS-dj-alice dj-bob}
+TOP=$(cd "$(dirname "$0")/.." && pwd)
 PURGE=0
 
 while [ $# -gt 0 ]; do
@@ -123,7 +134,7 @@ DBRUN=$MDB/run
 DBPID=$DBRUN/mariadbd.pid
 DBSOCK=$DBRUN/mariadbd.sock
 DBNAME=slurm_acct_db
-SLURM_PKGS=(munge slurmctld slurmd slurm-client)
+SLURM_PKGS=(munge slurmctld slurmd slurm-client sudo)
 DBD_PKGS=(slurmdbd slurm-wlm-mysql-plugin mariadb-server mariadb-client)
 
 log() { printf '%s: %s\n' "$PROG" "$*"; }
@@ -389,7 +400,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     rm -f "$APTLOG"
     log "installed in $(since "$T_INST") s: $(dpkg-query -W -f='${Package} ${Version}  ' "${missing[@]}")"
 fi
-bins=(munged munge unmunge slurmctld slurmd sinfo scontrol sbatch)
+bins=(munged munge unmunge slurmctld slurmd sinfo scontrol sbatch sudo)
 [ "$ACCOUNTING" = 1 ] && bins+=(slurmdbd sacctmgr sacct mariadbd mariadb mariadb-install-db mariadb-admin)
 for b in "${bins[@]}"; do
     command -v "$b" > /dev/null || die "'$b' not found after install"
@@ -705,6 +716,52 @@ if [ "$ACCOUNTING" = 1 ] && { [ "$dbd_started" = 1 ] || [ ! -e "$RUN/registered-
         log "added user root (account root) to cluster '$CLUSTER'"
     fi
     touch "$RUN/registered-$CLUSTER"
+fi
+
+# ---------------------------------------------------------------- job owners
+# Two ordinary Unix users whose jobs dispatch submits, releases and cancels as
+# them (sudo -n -u USER; root needs no sudoers rule). No home directory: the
+# jobs run in the directory they are submitted from, and write /tmp.
+for u in $USERS; do
+    if ! id -u "$u" > /dev/null 2>&1; then
+        useradd -M -U -s /bin/sh -c "dispatch test job owner" "$u" ||
+            die "useradd $u failed"
+        log "created Unix user $u (uid $(id -u "$u"))"
+    fi
+    if [ "$ACCOUNTING" = 1 ] &&
+        [ -z "$(sacctmgr -n -P show assoc where cluster="$CLUSTER" user="$u" format=user 2> /dev/null)" ]; then
+        if [ -z "$(sacctmgr -n -P show account dispatch-users format=account 2> /dev/null)" ]; then
+            sacctmgr -i add account dispatch-users cluster="$CLUSTER" \
+                description="dispatch test job owners" organization=dispatch > "$LOGD/sacctmgr.out" 2>&1 ||
+                { tail_log "$LOGD/sacctmgr.out"; die "sacctmgr add account dispatch-users failed"; }
+        fi
+        sacctmgr -i add user "$u" account=dispatch-users cluster="$CLUSTER" > "$LOGD/sacctmgr.out" 2>&1 ||
+            { tail_log "$LOGD/sacctmgr.out"; die "sacctmgr add user $u failed"; }
+        log "added user $u (account dispatch-users) to cluster '$CLUSTER'"
+    fi
+done
+# A site's setup for them (deploy/slurm/README.md, "Jobs run as their owners"):
+# the owners in group dispatch-users, a service user dj-dispatch, and the
+# shipped sudoers rule granting it sbatch/scontrol release/scancel as them.
+if [ -n "$USERS" ]; then
+    getent group dispatch-users > /dev/null || groupadd dispatch-users || die "groupadd dispatch-users failed"
+    for u in $USERS; do
+        id -nG "$u" | tr ' ' '\n' | grep -qx dispatch-users || usermod -a -G dispatch-users "$u" ||
+            die "usermod -a -G dispatch-users $u failed"
+    done
+    if ! id -u dj-dispatch > /dev/null 2>&1; then
+        useradd -M -U -s /bin/sh -c "dispatch test service user" dj-dispatch || die "useradd dj-dispatch failed"
+        log "created Unix user dj-dispatch (the service user of the sudoers test)"
+    fi
+    [ -r "$TOP/deploy/slurm/sudoers.dispatch" ] || die "$TOP/deploy/slurm/sudoers.dispatch is missing"
+    rule=$(sed 's/^dispatch ALL = /dj-dispatch ALL = /' "$TOP/deploy/slurm/sudoers.dispatch")
+    if [ "$(cat /etc/sudoers.d/dispatch-test 2> /dev/null)" != "$rule" ]; then
+        printf '%s\n' "$rule" > /etc/sudoers.d/.dispatch-test.new
+        chmod 0440 /etc/sudoers.d/.dispatch-test.new
+        visudo -cqf /etc/sudoers.d/.dispatch-test.new || die "deploy/slurm/sudoers.dispatch does not parse"
+        mv /etc/sudoers.d/.dispatch-test.new /etc/sudoers.d/dispatch-test
+        log "installed /etc/sudoers.d/dispatch-test (deploy/slurm/sudoers.dispatch for dj-dispatch)"
+    fi
 fi
 
 # ---------------------------------------------------------------- slurmctld + slurmd

@@ -13,7 +13,7 @@ from nats.aio.client import Client as NATS
 
 from dispatch_cli.client import ApiClient, SseMessage
 from dispatch_core import JobEvent, RecordItem, Status, WriterKind, decode_event, writers_of
-from dispatch_nats import Layout, RecordStore
+from dispatch_nats import Appended, Layout, RecordStore
 
 __all__ = [
     "AsTheirWriters",
@@ -132,6 +132,14 @@ class AsTheirWriters(RecordStore):
     ) -> int:
         store = self.by_kind[writer_of(decode_event(payload))]
         return await store.append(
+            job_id, payload, expected_last_seq=expected_last_seq, msg_id=msg_id
+        )
+
+    async def append_outcome(
+        self, job_id: str, payload: bytes, *, expected_last_seq: int, msg_id: str
+    ) -> Appended:
+        store = self.by_kind[writer_of(decode_event(payload))]
+        return await store.append_outcome(
             job_id, payload, expected_last_seq=expected_last_seq, msg_id=msg_id
         )
 

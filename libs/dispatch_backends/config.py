@@ -16,6 +16,12 @@ same backend for a cluster (the local backend's objects live in ``data_dir``, wh
 share). :func:`load_clusters` parses and checks it; :func:`make_backend` builds the backend of
 one entry.
 
+Each cluster kind describes itself (:class:`ClusterKind`): its entry builds its backend
+(``make_backend``), says what the backend declares (``declarations``, without acting), checks
+a spec's options as its launch would (``check_options``) and names its observer's poll
+interval (``default_poll_interval_s``). :data:`CLUSTER_KINDS` is the one table of kinds; the
+functions below only ask the entry, so a new kind is one struct added to :data:`ClusterConfig`.
+
 Each backend's settings are the fields of its settings struct (``LocalCluster``,
 :class:`~dispatch_backends.slurm.settings.SlurmSettings`,
 :class:`~dispatch_backends.kubeflow.settings.KubeflowSettings`); unknown fields are refused,
@@ -26,8 +32,9 @@ from __future__ import annotations
 
 import json
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Final
+from typing import ClassVar, Final, Protocol, get_args
 
 import msgspec
 
@@ -37,9 +44,11 @@ from dispatch_backends.slurm.settings import SlurmSettings
 from dispatch_core.state import Declarations, is_job_id
 
 __all__ = [
+    "CLUSTER_KINDS",
     "DEFAULT_POLL_INTERVAL_S",
     "BackendNotAvailable",
     "ClusterConfig",
+    "ClusterKind",
     "ClustersConfig",
     "ClustersConfigError",
     "KubeflowCluster",
@@ -51,14 +60,6 @@ __all__ = [
     "parse_clusters",
     "poll_interval_s",
 ]
-
-DEFAULT_POLL_INTERVAL_S: Final = {"local": 1.0, "slurm": 3.0, "kubeflow": 5.0}
-"""An observer's poll interval per backend kind, in seconds, when its config sets none.
-
-Slurm: one poll is three commands (squeue, sinfo, sacct) however many jobs dispatch has, so
-3 s costs slurmctld little and lets dispatch recover faster than Slurm's own requeue (which
-waits cred_expire + 1 s before the job is eligible); at 10 s dispatch took about 1.5x as
-long (bench/slurm_recovery.py)."""
 
 
 class ClustersConfigError(ValueError):
@@ -75,6 +76,47 @@ class BackendNotAvailable(ClustersConfigError):
             "(only 'local' is); remove the cluster or run a build that has it"
         )
         self.cluster, self.backend = cluster, backend
+
+
+class ClusterKind(Protocol):
+    """What every kind of cluster entry says of itself (each struct of
+    :data:`ClusterConfig`)."""
+
+    default_poll_interval_s: ClassVar[float]
+    """Seconds between an observer's polls when its config sets none."""
+    path_fields: ClassVar[tuple[str, ...]]
+    """The fields holding file system paths (made absolute relative to the clusters file
+    by ``dispatch up --clusters``)."""
+
+    @property
+    def name(self) -> str:
+        """The cluster's name."""
+        ...
+
+    @property
+    def kind(self) -> str:
+        """The backend kind: the entry's ``backend`` field."""
+        ...
+
+    def make_backend(self) -> Backend:
+        """Build the backend serving this cluster (see :func:`make_backend`)."""
+        ...
+
+    def declarations(self) -> Declarations:
+        """What the backend declares, without acting (see :func:`declarations_of`)."""
+        ...
+
+    def check_options(self, options: Mapping[str, str]) -> None:
+        """Refuse the spec ``options`` the backend would refuse at launch (pure).
+
+        Raises:
+            dispatch_backends.options.InvalidOption: the first option refused.
+        """
+        ...
+
+
+def _kind(cluster: msgspec.Struct) -> str:
+    return str(type(cluster).__struct_config__.tag)
 
 
 class LocalCluster(
@@ -113,12 +155,89 @@ class LocalCluster(
     workdir: str | None = None
     idempotent_start: bool = True
 
+    default_poll_interval_s: ClassVar[float] = 1.0
+    path_fields: ClassVar[tuple[str, ...]] = ("data_dir", "workdir")
+
+    @property
+    def kind(self) -> str:
+        """``local``."""
+        return _kind(self)
+
+    def make_backend(self) -> Backend:
+        """A :class:`~dispatch_backends.local.LocalBackend` on ``data_dir`` (made if
+        missing).
+
+        Raises:
+            ValueError: a negative kill wait or a non-positive node-loss window.
+            OSError: ``data_dir`` can't be made.
+        """
+        from dispatch_backends.local import LocalBackend
+
+        return LocalBackend(
+            self.name,
+            self.data_dir,
+            kill_wait_s=self.kill_wait_s,
+            node_loss_window_s=self.node_loss_window_s,
+            node=self.node,
+            start_timeout_s=self.start_timeout_s,
+            retain_ended_s=self.retain_ended_s,
+            workdir=self.workdir,
+            idempotent_start=self.idempotent_start,
+        )
+
+    def declarations(self) -> Declarations:
+        """Read from the built backend (which makes ``data_dir``). Raises as
+        :meth:`make_backend`."""
+        return self.make_backend().declarations()
+
+    def check_options(self, options: Mapping[str, str]) -> None:
+        """:func:`dispatch_backends.local.check_options`: only ``chdir`` and ``time``, the
+        latter in Slurm's format."""
+        from dispatch_backends.local import check_options
+
+        check_options(options)
+
 
 class SlurmCluster(SlurmSettings, frozen=True, kw_only=True, tag_field="backend", tag="slurm"):
     """A Slurm cluster: its ``name`` and the fields of
     :class:`~dispatch_backends.slurm.settings.SlurmSettings` (unknown fields are refused)."""
 
     name: str
+
+    default_poll_interval_s: ClassVar[float] = 3.0
+    """One poll is three commands (squeue, sinfo, sacct) however many jobs dispatch has, so
+    3 s costs slurmctld little and lets dispatch recover faster than Slurm's own requeue
+    (which waits cred_expire + 1 s before the job is eligible); at 10 s dispatch took about
+    1.5x as long (bench/slurm_recovery.py)."""
+    path_fields: ClassVar[tuple[str, ...]] = ("workdir", "output_dir", "bin_dir", "slurm_conf")
+
+    @property
+    def kind(self) -> str:
+        """``slurm``."""
+        return _kind(self)
+
+    def make_backend(self) -> Backend:
+        """:func:`dispatch_backends.slurm.make_slurm_backend` of these settings (it runs
+        nothing until called)."""
+        from dispatch_backends.slurm import make_slurm_backend
+
+        return make_slurm_backend(self.name, self)
+
+    def declarations(self) -> Declarations:
+        """Read from the built backend (building it calls no Slurm command)."""
+        return self.make_backend().declarations()
+
+    def check_options(self, options: Mapping[str, str]) -> None:
+        """:func:`dispatch_backends.slurm.script.check_option` of each option: every other
+        option goes to ``sbatch`` as ``--<name>=<value>``."""
+        from dispatch_backends.options import InvalidOption
+        from dispatch_backends.slurm.script import InvalidSpec, check_option
+
+        for key, value in options.items():
+            try:
+                check_option(key, value)
+            except InvalidSpec as err:
+                raise InvalidOption(key, str(err)) from err
 
 
 class KubeflowCluster(
@@ -135,9 +254,53 @@ class KubeflowCluster(
 
     name: str
 
+    default_poll_interval_s: ClassVar[float] = 5.0
+    path_fields: ClassVar[tuple[str, ...]] = ("kubeconfig",)
+
+    @property
+    def kind(self) -> str:
+        """``kubeflow``."""
+        return _kind(self)
+
+    def make_backend(self) -> Backend:
+        """``KubeflowBackend.from_settings`` of these settings (loads the Kubernetes client).
+
+        Raises:
+            BackendError: the Kubernetes client configuration can't be loaded.
+        """
+        from dispatch_backends.kubeflow import KubeflowBackend
+
+        return KubeflowBackend.from_settings(self.name, self)
+
+    def declarations(self) -> Declarations:
+        """:func:`~dispatch_backends.kubeflow.settings.kubeflow_declarations`: from the
+        settings alone, no Kubernetes client is loaded."""
+        return kubeflow_declarations(self)
+
+    def check_options(self, options: Mapping[str, str]) -> None:
+        """:func:`dispatch_backends.kubeflow.body.check_options` (options it doesn't read
+        are ignored)."""
+        from dispatch_backends.kubeflow.body import InvalidLaunch
+        from dispatch_backends.kubeflow.body import check_options as check_kubeflow
+        from dispatch_backends.options import InvalidOption
+
+        try:
+            check_kubeflow(options, self)
+        except InvalidLaunch as err:
+            raise InvalidOption(err.option or "", str(err)) from err
+
 
 ClusterConfig = LocalCluster | SlurmCluster | KubeflowCluster
-"""One entry of the clusters file, by its ``backend`` field."""
+"""One entry of the clusters file, by its ``backend`` field: the one list of cluster kinds."""
+
+CLUSTER_KINDS: Final[tuple[type[ClusterConfig], ...]] = get_args(ClusterConfig)
+"""Every kind of cluster entry (the members of :data:`ClusterConfig`), in that order."""
+
+DEFAULT_POLL_INTERVAL_S: Final = {
+    str(kind.__struct_config__.tag): kind.default_poll_interval_s for kind in CLUSTER_KINDS
+}
+"""An observer's poll interval per backend kind, in seconds, when its config sets none
+(each kind's ``default_poll_interval_s``)."""
 
 
 class ClustersConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -163,24 +326,12 @@ class ClustersConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         return tuple(c.name for c in self.clusters)
 
 
-_BACKEND_KINDS: Final = tuple(
-    str(kind.__struct_config__.tag) for kind in (LocalCluster, SlurmCluster, KubeflowCluster)
-)
+_BACKEND_KINDS: Final = tuple(DEFAULT_POLL_INTERVAL_S)
 
 
-def _backend_kind(cluster: ClusterConfig) -> str:
-    match cluster:
-        case LocalCluster():
-            return "local"
-        case SlurmCluster():
-            return "slurm"
-        case KubeflowCluster():
-            return "kubeflow"
-
-
-def poll_interval_s(cluster: ClusterConfig) -> float:
+def poll_interval_s(cluster: ClusterKind) -> float:
     """Return the default observer poll interval of ``cluster``'s backend, in seconds."""
-    return DEFAULT_POLL_INTERVAL_S[_backend_kind(cluster)]
+    return cluster.default_poll_interval_s
 
 
 def parse_clusters(raw: object, *, source: str = "clusters") -> ClustersConfig:
@@ -239,8 +390,8 @@ def _format(path: Path) -> str:
     return "TOML" if path.suffix == ".toml" else "JSON"
 
 
-def make_backend(cluster: ClusterConfig) -> Backend:
-    """Build the backend serving ``cluster``.
+def make_backend(cluster: ClusterKind) -> Backend:
+    """Build the backend serving ``cluster`` (its kind's ``make_backend``).
 
     Raises:
         BackendNotAvailable: the cluster's backend can't be built in this installation.
@@ -248,32 +399,10 @@ def make_backend(cluster: ClusterConfig) -> Backend:
         ValueError: a setting the backend refuses (e.g. a negative kill wait).
         OSError: the local backend's data directory can't be made.
     """
-    match cluster:
-        case LocalCluster():
-            from dispatch_backends.local import LocalBackend
-
-            return LocalBackend(
-                cluster.name,
-                cluster.data_dir,
-                kill_wait_s=cluster.kill_wait_s,
-                node_loss_window_s=cluster.node_loss_window_s,
-                node=cluster.node,
-                start_timeout_s=cluster.start_timeout_s,
-                retain_ended_s=cluster.retain_ended_s,
-                workdir=cluster.workdir,
-                idempotent_start=cluster.idempotent_start,
-            )
-        case SlurmCluster():
-            from dispatch_backends.slurm import make_slurm_backend
-
-            return make_slurm_backend(cluster.name, cluster)
-        case KubeflowCluster():
-            from dispatch_backends.kubeflow import KubeflowBackend
-
-            return KubeflowBackend.from_settings(cluster.name, cluster)
+    return cluster.make_backend()
 
 
-def declarations_of(cluster: ClusterConfig) -> Declarations:
+def declarations_of(cluster: ClusterKind) -> Declarations:
     """What ``cluster``'s backend declares, for a reader that plans without acting (the api
     makes a job's plan at submission): no Kubernetes client is loaded for a kubeflow cluster.
 
@@ -281,8 +410,4 @@ def declarations_of(cluster: ClusterConfig) -> Declarations:
         BackendNotAvailable, ValueError, OSError: as :func:`make_backend`, for the backends
             whose declarations are read from a built backend.
     """
-    match cluster:
-        case KubeflowCluster():
-            return kubeflow_declarations(cluster)
-        case LocalCluster() | SlurmCluster():
-            return make_backend(cluster).declarations()
+    return cluster.declarations()

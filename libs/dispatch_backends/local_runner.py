@@ -362,12 +362,13 @@ class _Runner:
         try:
             proc = self.spawn()
         except OSError as err:
-            _log(f"cannot execute {self.command!r}: {err}")
-            self.finish(
-                started=False,
-                reason=REASON_EXEC_FAILED,
-                detail=f"cannot execute {self.command[0]!r}: {err.strerror or err}",
-            )
+            # The child reports a failed chdir with the directory as the error's filename.
+            if err.filename == self.cwd:
+                detail = f"cannot enter the working directory {self.cwd!r}: {err.strerror or err}"
+            else:
+                detail = f"cannot execute {self.command[0]!r}: {err.strerror or err}"
+            _log(detail)
+            self.finish(started=False, reason=REASON_EXEC_FAILED, detail=detail)
             return
         self.supervise(proc)
 

@@ -32,8 +32,10 @@ doesn't know, a ``chdir`` missing on the node) is still learnt at launch.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from dispatch_backends.config import ClusterConfig, KubeflowCluster, LocalCluster, SlurmCluster
+if TYPE_CHECKING:
+    from dispatch_backends.config import ClusterKind
 
 __all__ = ["InvalidOption", "check_options"]
 
@@ -51,8 +53,9 @@ class InvalidOption(ValueError):
         self.key, self.reason = key, reason
 
 
-def check_options(cluster: ClusterConfig, options: Mapping[str, str]) -> None:
-    """Refuse the ``options`` that ``cluster``'s backend would refuse at launch.
+def check_options(cluster: ClusterKind, options: Mapping[str, str]) -> None:
+    """Refuse the ``options`` that ``cluster``'s backend would refuse at launch (its kind's
+    ``check_options``).
 
     Pure: reads ``cluster``'s settings only (no client is built, no scheduler is asked).
 
@@ -64,24 +67,4 @@ def check_options(cluster: ClusterConfig, options: Mapping[str, str]) -> None:
         InvalidOption: the first option refused, in the order of ``options`` (see the module
             docstring for each backend's rules).
     """
-    match cluster:
-        case LocalCluster():
-            from dispatch_backends.local import check_options as check_local
-
-            check_local(options)
-        case SlurmCluster():
-            from dispatch_backends.slurm.script import InvalidSpec, check_option
-
-            for key, value in options.items():
-                try:
-                    check_option(key, value)
-                except InvalidSpec as err:
-                    raise InvalidOption(key, str(err)) from err
-        case KubeflowCluster():
-            from dispatch_backends.kubeflow.body import InvalidLaunch
-            from dispatch_backends.kubeflow.body import check_options as check_kubeflow
-
-            try:
-                check_kubeflow(options, cluster)
-            except InvalidLaunch as err:
-                raise InvalidOption(err.option or "", str(err)) from err
+    cluster.check_options(options)

@@ -48,6 +48,7 @@ __all__ = [
     "RecordedEvent",
     "SseMessage",
     "SubmitResponse",
+    "UnreadableJob",
     "new_idempotency_key",
 ]
 
@@ -74,12 +75,24 @@ class JobSummary(msgspec.Struct, frozen=True, kw_only=True):
     submission: int | None = None
     supersedes: str | None = None
     superseded_by: str | None = None
+    unreadable: bool = False
+    """The job's record can't be read past this Status, which is stale (see ``unreadable``
+    of the listing)."""
+
+
+class UnreadableJob(msgspec.Struct, frozen=True, kw_only=True):
+    """A job whose record the API can't read, listed apart: the event at fault and why."""
+
+    job_id: str
+    seq: int
+    message: str
 
 
 class JobList(msgspec.Struct, frozen=True, kw_only=True):
     """``GET /v1/jobs``."""
 
     jobs: tuple[JobSummary, ...]
+    unreadable: tuple[UnreadableJob, ...] = ()
 
 
 class EscalationView(msgspec.Struct, frozen=True, kw_only=True):
@@ -96,6 +109,7 @@ class EscalationList(msgspec.Struct, frozen=True, kw_only=True):
     """``GET /v1/escalations``: oldest first."""
 
     escalations: tuple[EscalationView, ...]
+    unreadable: tuple[UnreadableJob, ...] = ()
 
 
 class RecordedEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -239,6 +253,17 @@ class ApiClient:
             text = raw.decode(errors="replace").strip()[:500]
             detail = _ErrorDetail(code=str(err.code), message=text or str(err.reason))
         return ApiError(err.code, detail.code, detail.message, field=detail.field, url=self.url)
+
+    def stream_error(self, message: SseMessage) -> ApiError:
+        """The error an ``event: error`` of the status stream reports (its ``data`` is the
+        API's error body): 422 for ``record-unreadable`` (the job's record can't be read),
+        else 500."""
+        try:
+            detail = _ERROR_DECODER.decode(message.data).error
+        except msgspec.DecodeError:
+            detail = _ErrorDetail(code="stream-error", message=message.data.strip()[:500])
+        status = 422 if detail.code == "record-unreadable" else 500
+        return ApiError(status, detail.code, detail.message, field=detail.field, url=self.url)
 
     def request(
         self,

@@ -33,9 +33,7 @@ from dispatch_backends.config import (
     ClusterConfig,
     ClustersConfig,
     ClustersConfigError,
-    KubeflowCluster,
     LocalCluster,
-    SlurmCluster,
     declarations_of,
     load_clusters,
 )
@@ -45,12 +43,6 @@ __all__ = ["BUILTIN", "backend_of", "builtin_cluster", "clusters_document", "rea
 
 BUILTIN: Final = "local"
 """The name of ``up``'s own local cluster (``<data dir>/local``)."""
-
-_PATH_FIELDS: Final[dict[type[ClusterConfig], tuple[str, ...]]] = {
-    LocalCluster: ("data_dir", "workdir"),
-    SlurmCluster: ("workdir", "output_dir", "bin_dir", "slurm_conf"),
-    KubeflowCluster: ("kubeconfig",),
-}
 
 
 def builtin_cluster(data_dir: Path, *, kill_wait_s: float) -> LocalCluster:
@@ -67,7 +59,7 @@ def builtin_cluster(data_dir: Path, *, kill_wait_s: float) -> LocalCluster:
 
 def backend_of(cluster: ClusterConfig) -> str:
     """Return the backend kind of ``cluster`` (its ``backend`` field)."""
-    return str(type(cluster).__struct_config__.tag)
+    return cluster.kind
 
 
 def read_clusters_file(path: Path, *, builtin: LocalCluster) -> tuple[ClusterConfig, ...]:
@@ -123,7 +115,7 @@ def clusters_document(clusters: Sequence[ClusterConfig]) -> bytes:
 
 def _absolute(cluster: ClusterConfig, base: Path) -> ClusterConfig:
     changes: dict[str, str] = {}
-    for name in _PATH_FIELDS[type(cluster)]:
+    for name in cluster.path_fields:
         value = getattr(cluster, name)
         if value:
             changes[name] = os.path.normpath(base / Path(value).expanduser())

@@ -15,6 +15,9 @@ code  meaning
 6     refused (409): the core refused the command; the message is its reason
 7     invalid request (400/413): the API names the field at fault
 8     ``watch``: the job settled ``failed`` or ``cancelled``
+9     the job's record can't be read (422 ``record-unreadable``: an event in it does not
+      decode, or its writer may not write it); retrying won't help, a person must look at
+      the record. ``watch`` ends with it at once (the API's stream says so as an event)
 130   interrupted (Ctrl-C)
 ====  =========================================================================================
 """
@@ -32,6 +35,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_REFUSED",
     "EXIT_UNREACHABLE",
+    "EXIT_UNREADABLE",
     "EXIT_USAGE",
     "EXIT_WATCH_UNSUCCESSFUL",
     "ApiError",
@@ -49,6 +53,7 @@ EXIT_NOT_FOUND: Final = 5
 EXIT_REFUSED: Final = 6
 EXIT_INVALID: Final = 7
 EXIT_WATCH_UNSUCCESSFUL: Final = 8
+EXIT_UNREADABLE: Final = 9
 EXIT_INTERRUPTED: Final = 130
 
 
@@ -90,6 +95,7 @@ _BY_STATUS: Final = {
     404: EXIT_NOT_FOUND,
     409: EXIT_REFUSED,
     413: EXIT_INVALID,
+    422: EXIT_UNREADABLE,
 }
 
 
@@ -130,5 +136,11 @@ def _describe(status: int, code: str, message: str, field: str | None, url: str)
             return f"refused (409): {message}"
         case 400 | 413:
             return f"invalid request ({status} {code}){where}: {message}"
+        case 422:
+            return (
+                f"the job's record can't be read (422 {code}): {message}\n"
+                "  Retrying won't help: a person must look at that event of the record. "
+                "Every other job still answers."
+            )
         case _:
             return f"the API failed ({status} {code}){where}: {message}"

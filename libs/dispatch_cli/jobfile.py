@@ -66,6 +66,7 @@ __all__ = [
     "check_job_file",
     "is_batch_script",
     "parse_causes",
+    "parse_duration",
     "read_policy_file",
 ]
 
@@ -77,6 +78,8 @@ _TOP_KEYS: Final = ("spec", "policy", "name", "job_id", "reason")
 _SPEC_KEYS: Final = tuple(f.encode_name for f in msgspec.structs.fields(JobSpec))
 _RULE_KEYS: Final = tuple(f.encode_name for f in msgspec.structs.fields(RecoveryRule))
 _STRING_MAPS: Final = ("options", "env")
+_DURATION: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNITS: Final = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 """Spec keys whose values are strings by name (``dict[str, str]`` in ``JobSpec``)."""
 
 
@@ -150,6 +153,18 @@ def parse_causes(text: str, *, option: str) -> tuple[CauseKind, ...]:
     if not out:
         raise UsageError(f"{option}: name at least one cause")
     return tuple(out)
+
+
+def parse_duration(text: str, *, option: str) -> float:
+    """``90``, ``90s``, ``30m``, ``2h``, ``1d`` -> seconds.
+
+    Raises:
+        UsageError: it doesn't parse or isn't positive.
+    """
+    match = _DURATION.match(text)
+    if match is None or float(match.group(1)) <= 0:
+        raise UsageError(f"{option}: {text!r} is not a duration like 90s, 30m, 2h or 1d")
+    return float(match.group(1)) * _UNITS[match.group(2)]
 
 
 def _load_structured(path: Path, what: str) -> object:

@@ -8,6 +8,11 @@ So the listing filters by state at the API, then reads the record of each job it
 until the page is full). Pages are keyset pages on the job id (the API's order): ``--after
 JOB`` starts past JOB, and the table's last line names the next page's command.
 
+A job whose record the API can't read (422 ``record-unreadable``) is never a reason for the
+listing to fail: the API lists it apart (``unreadable``: the event at fault and why), and a
+row it has from an earlier published Status is marked ``unreadable`` (that Status is stale):
+the table shows its state as ``unreadable`` and :func:`unreadable_lines` says why.
+
 The latest checkpoint is read from the job's checkpoint root (``spec.checkpoint``) when it
 is a path this machine sees (the publication with the greatest epoch, then step:
 ``dispatch_ckpt``); an ``s3://`` root is not read (``s3``), a root this machine doesn't see
@@ -22,12 +27,20 @@ from datetime import datetime
 
 import msgspec
 
-from dispatch_cli.client import ApiClient, JobSummary
+from dispatch_cli.client import ApiClient, JobSummary, UnreadableJob
 from dispatch_cli.errors import ApiError
 from dispatch_cli.render import cause_text, hold_brief, table
 from dispatch_core import JobCreated, State
 
-__all__ = ["JobRow", "Page", "age_text", "jobs_page", "latest_checkpoint", "rows_table"]
+__all__ = [
+    "JobRow",
+    "Page",
+    "age_text",
+    "jobs_page",
+    "latest_checkpoint",
+    "rows_table",
+    "unreadable_lines",
+]
 
 
 class JobRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,10 +64,12 @@ class JobRow(msgspec.Struct, frozen=True, kw_only=True):
 
 class Page(msgspec.Struct, frozen=True, kw_only=True):
     """A page of the listing; ``next_after`` is the ``--after`` of the next page (None: the
-    last page)."""
+    last page); ``unreadable``: the jobs whose record the API can't read (on the first page
+    only, whatever the filters: each needs a person)."""
 
     jobs: tuple[JobRow, ...]
     next_after: str | None = None
+    unreadable: tuple[UnreadableJob, ...] = ()
 
 
 def latest_checkpoint(root: str | None) -> str | None:
@@ -131,6 +146,7 @@ def jobs_page(
     """
     listing = client.jobs([s.value for s in states] or None)
     candidates = [j for j in listing.jobs if after is None or j.job_id > after]
+    unreadable = listing.unreadable if after is None else ()
     rows: list[JobRow] = []
     for i, job in enumerate(candidates):
         row = _row(client, job, checkpoints=checkpoints)
@@ -141,8 +157,12 @@ def jobs_page(
             # With --cluster, the jobs left may all be on other clusters: the next page then
             # says "no jobs" (reading their records now would cost what paging saves).
             more = i + 1 < len(candidates)
-            return Page(jobs=tuple(rows), next_after=job.job_id if more else None)
-    return Page(jobs=tuple(rows))
+            return Page(
+                jobs=tuple(rows),
+                next_after=job.job_id if more else None,
+                unreadable=unreadable,
+            )
+    return Page(jobs=tuple(rows), unreadable=unreadable)
 
 
 def age_text(created: datetime | None, now: datetime) -> str:
@@ -164,8 +184,12 @@ def rows_table(rows: Sequence[JobRow], now: datetime) -> str:
         lines.append(
             [
                 job.job_id,
-                job.state.value,
-                cause_text(job.cause, detail=False),
+                "unreadable" if job.unreadable else job.state.value,
+                (
+                    f"record unreadable (last Status: {job.state.value})"
+                    if job.unreadable
+                    else cause_text(job.cause, detail=False)
+                ),
                 row.cluster or "-",
                 age_text(row.created, now),
                 row.latest_checkpoint or "-",
@@ -177,3 +201,16 @@ def rows_table(rows: Sequence[JobRow], now: datetime) -> str:
         )
     headers = ["JOB", "STATE", "CAUSE", "CLUSTER", "AGE", "CHECKPOINT", "SUB", "HOLD", "SETTLED"]
     return table([*headers, ""], lines)
+
+
+def unreadable_lines(unreadable: Sequence[UnreadableJob]) -> list[str]:
+    """What the listings say of jobs whose record the API can't read: one line per job
+    naming the event at fault and why, and what to do."""
+    if not unreadable:
+        return []
+    lines = [f"unreadable: {u.job_id}: event seq {u.seq}: {u.message}" for u in unreadable]
+    lines.append(
+        "  (their reads answer 422 record-unreadable, exit 9; retrying won't help: a person "
+        "must look at that event; every other job answers as usual)"
+    )
+    return lines

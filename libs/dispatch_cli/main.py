@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import shlex
 import signal
 import sys
@@ -38,8 +37,8 @@ from dispatch_cli.errors import (
     UsageError,
 )
 from dispatch_cli.home import DEFAULT_API, default_data_dir, read_state, read_token
-from dispatch_cli.jobfile import PolicyFlags, build_submission, parse_causes
-from dispatch_cli.listing import jobs_page, rows_table
+from dispatch_cli.jobfile import PolicyFlags, build_submission, parse_causes, parse_duration
+from dispatch_cli.listing import jobs_page, rows_table, unreadable_lines
 from dispatch_cli.render import (
     escalations_table,
     event_line,
@@ -47,6 +46,7 @@ from dispatch_cli.render import (
     status_detail,
     status_line,
 )
+from dispatch_cli.sbatch import build_sbatch_submission, plan_summary
 from dispatch_cli.watching import Watcher
 from dispatch_core import JobCreated, State
 
@@ -58,10 +58,8 @@ _EXIT_CODES_HELP: Final = """\b
 Exit codes: 0 ok; 1 failure (API 5xx, services); 2 usage or an unreadable
 job file; 3 API unreachable; 4 token refused (401) or forbidden (403);
 5 not found (404); 6 refused by the core (409); 7 invalid request (400);
-8 `watch`: the job settled failed or cancelled; 130 interrupted."""
-
-_DURATION: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-_UNITS: Final = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+8 `watch`: the job settled failed or cancelled; 9 the job's record can't
+be read (422 record-unreadable: retrying won't help); 130 interrupted."""
 
 
 def _echo(text: str = "") -> None:
@@ -74,18 +72,6 @@ def _err(text: str) -> None:
 
 def _json(value: object) -> None:
     click.echo(msgspec.json.encode(value).decode())
-
-
-def parse_duration(text: str, *, option: str) -> float:
-    """``90``, ``90s``, ``30m``, ``2h``, ``1d`` -> seconds.
-
-    Raises:
-        UsageError: it doesn't parse or isn't positive.
-    """
-    match = _DURATION.match(text)
-    if match is None or float(match.group(1)) <= 0:
-        raise UsageError(f"{option}: {text!r} is not a duration like 90s, 30m, 2h or 1d")
-    return float(match.group(1)) * _UNITS[match.group(2)]
 
 
 # ------------------------------------------------------------------------------ the client
@@ -481,6 +467,67 @@ def submit(
     return EXIT_OK
 
 
+@cli.command(
+    short_help="Submit a plain sbatch script with #DISPATCH lines; show its plan.",
+    context_settings={"allow_interspersed_args": False},
+)
+@click.argument("script", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--cluster", metavar="NAME", help="The cluster [default: #DISPATCH cluster=].")
+@click.option("--reason", metavar="TEXT", help="Why it is submitted (recorded).")
+@click.option("--parsable", is_flag=True, help="Print only the job id (as sbatch --parsable).")
+@click.option("--watch", "then_watch", is_flag=True, help="Then watch it until it settles.")
+@client_options
+def sbatch(
+    target: Target,
+    script: Path,
+    args: tuple[str, ...],
+    cluster: str | None,
+    reason: str | None,
+    parsable: bool,
+    then_watch: bool,
+) -> int:
+    """Submit a plain Slurm batch script as a dispatch job: its #SBATCH lines as sbatch
+    reads them, its #DISPATCH lines for what dispatch adds (plain sbatch runs the same
+    script: there they are comments). ARGS are the script's arguments. The job runs in
+    this directory, as with sbatch.
+
+    \b
+    #DISPATCH lines (before the script's first command, like #SBATCH):
+      #DISPATCH resubmit on=preempted,node-lost budget=3
+      #DISPATCH hold on=non-zero-exit for=12h
+      #DISPATCH escalate on=out-of-memory
+      #DISPATCH checkpoint=/ckpt/{job}      (DISPATCH_CHECKPOINT; {job}: the job id)
+      #DISPATCH cluster=slurm               (when --cluster is not given)
+      #DISPATCH free-if-progress            (progress-aware budgets, when supported)
+
+    \b
+    Examples:
+      dispatch sbatch examples/slurm/digits.sbatch
+      dispatch sbatch --cluster slurm train.sbatch --epochs 10
+      job=$(dispatch sbatch --parsable train.sbatch)
+    """
+    body = build_sbatch_submission(script, args, cluster=cluster, chdir=os.getcwd(), reason=reason)
+    client = target.client()
+    answer = client.submit(body, key=new_idempotency_key())
+    if target.json:
+        _json(answer)
+    elif parsable:
+        _echo(answer.job_id)
+    else:
+        _echo(f"Submitted dispatch job {answer.job_id} (plan: {plan_summary(answer.plan)})")
+        uncovered = ", ".join(k.value for k in answer.plan.uncovered)
+        if uncovered:
+            _echo(f"uncovered: {uncovered} (an execution ending with one fails the job)")
+        else:
+            _echo("uncovered: none (every cause has a rule)")
+        if not then_watch:
+            _echo(f"follow it: dispatch watch {answer.job_id}")
+    if then_watch:
+        return _watch(client, answer.job_id, target.json)
+    return EXIT_OK
+
+
 # ------------------------------------------------------------------------------ reading
 
 
@@ -537,8 +584,9 @@ def status(
         )
         if target.json:
             _json(page)
-        elif not page.jobs:
-            filtered = states or clusters or after
+            return EXIT_OK
+        if not page.jobs:
+            filtered = states or clusters or after or page.unreadable
             _echo("no jobs" + (" match" if filtered else " yet: dispatch submit FILE"))
         else:
             _echo(rows_table(page.jobs, datetime.now(UTC)))
@@ -547,6 +595,8 @@ def status(
                 more += [*(f"--cluster {shlex.quote(c)}" for c in clusters)]
                 more += [f"--limit {limit}", f"--after {page.next_after}"]
                 _echo(f"more: {' '.join(more)}")
+        for line in unreadable_lines(page.unreadable):
+            _echo(line)
         return EXIT_OK
     current = client.status(job)
     escalations = client.escalations(job_id=job).escalations
@@ -591,7 +641,8 @@ def _watch(client: ApiClient, job_id: str, as_json: bool) -> int:
 def watch(target: Target, job: str) -> int:
     """Follow a job live: one line per Status change, until the job settles (exit 0 if
     it succeeded, 8 if it failed or was cancelled). A transition the stream skipped is
-    shown from the record. Ctrl-C stops watching (the job goes on).
+    shown from the record. Ctrl-C stops watching (the job goes on). A job whose record
+    can't be read ends the watch at once (exit 9: retrying won't help).
 
     \b
     Examples:
@@ -618,17 +669,22 @@ def escalations(target: Target, show_all: bool, job: str | None, undelivered: bo
       dispatch escalations --all --job digits-k3x9ab2c
     """
     client = target.client()
-    found = client.escalations(job_id=job, delivered=False if undelivered else None).escalations
+    listing = client.escalations(job_id=job, delivered=False if undelivered else None)
+    found = listing.escalations
     if not show_all and not undelivered:
         jobs = {j.job_id: j for j in client.jobs().jobs}
         found = tuple(e for e in found if _is_open(e, jobs.get(e.job_id)))
     if target.json:
-        _json({"escalations": found})
-    elif not found:
+        _json({"escalations": found, "unreadable": listing.unreadable})
+        return EXIT_OK
+    if not found:
         _echo("no escalations" + ("" if show_all else " open (--all shows every one)"))
     else:
         _echo(escalations_table(found))
         _echo("answer each by its id: `dispatch status JOB` shows how")
+    # a job whose record can't be read may hold escalations nobody can list
+    for line in unreadable_lines(listing.unreadable):
+        _echo(line)
     return EXIT_OK
 
 

@@ -19,6 +19,7 @@ from dispatch_core import (
     EmergencyStopRequested,
     EscalationCommitted,
     EscalationDelivered,
+    EscalationKind,
     ExecutionEnded,
     GateOpened,
     GaveUp,
@@ -26,6 +27,7 @@ from dispatch_core import (
     HoldPlaced,
     HoldReleased,
     HoldView,
+    InvalidEscalationId,
     JobCreated,
     JobEvent,
     LaunchIntended,
@@ -41,6 +43,7 @@ from dispatch_core import (
     SubmissionOpened,
     Superseded,
     Transition,
+    parse_escalation_id,
 )
 
 __all__ = [
@@ -266,52 +269,59 @@ def answer_hint(
 
     Args:
         job_id: the job.
-        escalation_id: the escalation's id; its prefix says what happened.
+        escalation_id: the escalation's id; its kind (:class:`EscalationKind`) says what
+            happened.
         cluster: the job's cluster (names a foreign object).
         hold: the hold in force: an ``overdue`` escalation of it gets the commands of its kind
             alone.
     """
-    prefix, _, rest = escalation_id.partition(":")
+    try:
+        kind, arg = parse_escalation_id(escalation_id)
+    except InvalidEscalationId:
+        return "nothing to answer"  # an id this build doesn't know (a newer writer's)
+    rest = arg or ""
     r = _REASON
-    match prefix:
-        case "overdue" if hold is not None and rest == str(hold.instance):
+    match kind:
+        case EscalationKind.OVERDUE if hold is not None and rest == str(hold.instance):
             return "; or ".join(command for command, _ in hold_answers(job_id, hold.kind))
-        case "overdue":
+        case EscalationKind.OVERDUE:
             return (
                 f"dispatch release {job_id} {r} (an actor hold); for a recovery hold: "
                 f"dispatch resubmit|cancel|give-up {job_id} {r}"
             )
-        case "all-unknown":
+        case EscalationKind.ALL_UNKNOWN:
             return (
                 f"check the scheduler for dj-{job_id}; if none: "
                 f"dispatch abandon {job_id} --submission {rest} {r}"
             )
-        case "unmatched":
+        case EscalationKind.UNMATCHED:
             sub, _, att = rest.partition("/")
             return (
                 f"check the scheduler for dj-{job_id}; if none: "
                 f"dispatch abandon {job_id} --submission {sub} --attempt {att} {r}"
             )
-        case "foreign":
+        case EscalationKind.FOREIGN:
             target = f"{cluster or 'CLUSTER'}/{rest}"
             return (
                 "stop it on the scheduler if it shouldn't run, then: "
                 f"dispatch abandon {job_id} --foreign {target} {r}"
             )
-        case "admin-held":
+        case EscalationKind.ADMIN_HELD:
             return f"ask whoever holds object {rest}, or: dispatch cancel {job_id} {r}"
-        case "failed" | "refused":
+        case EscalationKind.FAILED | EscalationKind.REFUSED:
             return f"to run it again: dispatch supersede {job_id} {r}"
-        case "cleanup-deadline":
+        case EscalationKind.CLEANUP_DEADLINE:
             return f"stop what is left on the scheduler, or: dispatch emergency-stop {job_id} {r}"
-        case "stop-overdue":
+        case EscalationKind.STOP_OVERDUE:
             target = f"{cluster or 'CLUSTER'}/{rest}"
             return (
                 f"stop object {target} on the scheduler yourself (it ignores dispatch's stop), "
                 f"or: dispatch emergency-stop {job_id} {r}"
             )
-        case _:
+        case EscalationKind.GIVE_UP:
             return "nothing to answer"
+        case _:
+            assert_never(kind)
 
 
 def escalations_table(escalations: Sequence[EscalationView]) -> str:

@@ -7,7 +7,9 @@ one Status per job: one replaced within milliseconds can be skipped) is still sh
 the record, marked as such; transitions older than the Status carries are counted and the
 person pointed at ``dispatch record``: nothing committed is lost from view. The stream is
 resumed with ``Last-Event-ID`` when it ends before the job settles (the API restarted), for
-up to ``reconnect_s`` seconds.
+up to ``reconnect_s`` seconds. An ``error`` event ends the watch at once: the API sends one
+when the job's record can't be read (``record-unreadable``, exit 9), and resuming would only
+get it again.
 
 When a hold is placed, the line is followed, once per hold, by what ended the execution (a
 recovery hold's cause, with the exit code or the scheduler's words) and the commands that
@@ -94,13 +96,16 @@ class Watcher:
         Raises:
             Unreachable: the API can't be reached at first, or not again within
                 ``reconnect_s`` after the stream was lost.
-            ApiError: the API refused (401, 404, ...).
+            ApiError: the API refused (401, 404, ...), or its stream said the job's record
+                can't be read (422 ``record-unreadable``).
         """
         last_id: str | None = None
         lost_since: float | None = None
         while True:
             try:
                 for message in self.client.stream(self.job_id, last_event_id=last_id):
+                    if message.event == "error":
+                        raise self.client.stream_error(message)
                     if message.event != "status":
                         continue
                     try:

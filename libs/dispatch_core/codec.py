@@ -45,7 +45,7 @@ from dispatch_core.state import (
     Plan,
     RecoveryPolicy,
 )
-from dispatch_core.steps import AskCessation, Commit, Deliver, Launch, OpenGate, Stop
+from dispatch_core.steps import AnyStep
 
 __all__ = [
     "AnyStep",
@@ -58,10 +58,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-AnyStep = Commit | Launch | OpenGate | Stop | AskCessation | Deliver
-"""Every planner step, as a tagged union (``Step`` is their base class, which msgspec can't
-decode into a subclass)."""
 
 _COMMAND_TYPES: Final[tuple[Any, ...]] = (
     OperatorCommand,

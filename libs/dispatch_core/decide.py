@@ -30,18 +30,21 @@ from dispatch_core.commands import (
 from dispatch_core.constants import JOB_PLACEHOLDER, MAX_HOLD_FOR_S
 from dispatch_core.epoch import MAX_GENERATION
 from dispatch_core.errors import Refused
+from dispatch_core.escalations import EscalationKind, escalation_id
 from dispatch_core.events import (
     Abandoned,
     CancelRequested,
     EmergencyStopRequested,
     EscalationCommitted,
     GaveUp,
+    HoldHow,
     HoldPlaced,
     HoldReleased,
     JobCreated,
     JobEvent,
     OutcomeCommitted,
     SubmissionOpened,
+    SubmissionWhy,
     Superseded,
 )
 from dispatch_core.job import Hold, Job, LaunchOutcome
@@ -57,7 +60,7 @@ from dispatch_core.state import (
     is_job_id,
 )
 
-__all__ = ["decide"]
+__all__ = ["OptionRefused", "decide"]
 
 _JOB_ID_RULE = (
     "a job id is 1 to 63 lower-case letters, digits and '-', starting and ending with a "
@@ -65,8 +68,27 @@ _JOB_ID_RULE = (
 )
 
 
+class OptionRefused(msgspec.Struct, frozen=True, kw_only=True):
+    """An option of the job's spec that its backend refuses now (the caller asks the
+    backend's pure option check; the core can't): a ``Supersede`` is refused for it, since
+    the new job keeps the spec and could only fail at launch.
+
+    Attributes:
+        key: the option's key in ``spec.options``.
+        reason: why the backend refuses it.
+    """
+
+    key: str
+    reason: str
+
+
 def decide(
-    job: Job | None, command: OperatorCommand, now: datetime, *, job_id: str | None = None
+    job: Job | None,
+    command: OperatorCommand,
+    now: datetime,
+    *,
+    job_id: str | None = None,
+    refused_option: OptionRefused | None = None,
 ) -> tuple[JobEvent, ...]:
     """Decide an operator command against the job's record (seed 002).
 
@@ -78,6 +100,9 @@ def decide(
             deadlines run from it.
         job_id: the job the command was addressed to, for the refusal's message when
             ``job`` is ``None`` (``Submit`` carries its own).
+        refused_option: for a ``Supersede``, the first option of the job's spec that its
+            backend now refuses, if any (a job recorded before options were checked at
+            submission); the supersede is then refused.
 
     Returns:
         The events to append, in order. For ``Submit``: the ``JobCreated``, whose spec has
@@ -116,7 +141,7 @@ def decide(
         case Abandon():
             return _abandon(job, command, now)
         case Supersede():
-            return _supersede(job, command, now)
+            return _supersede(job, command, now, refused_option)
         case EmergencyStop():
             return _emergency_stop(job, command, now)
         case _:
@@ -238,7 +263,7 @@ def _release(job: Job, command: Release, now: datetime) -> tuple[JobEvent, ...]:
             at=now,
             instance=hold.instance,
             by=command.by,
-            how="release",
+            how=HoldHow.RELEASE,
             override=command.by != hold.by,
             reason=command.reason,
         ),
@@ -261,21 +286,21 @@ def _resubmit(job: Job, command: Resubmit, now: datetime) -> tuple[JobEvent, ...
             at=now,
             instance=hold.instance,
             by=command.by,
-            how="resubmit",
+            how=HoldHow.RESUBMIT,
             reason=command.reason,
         ),
         SubmissionOpened(
             job_id=job.job_id,
             at=now,
             submission=number,
-            why="resubmit",
+            why=SubmissionWhy.RESUBMIT,
             cause=hold.cause,
             by=command.by,
         ),
     )
 
 
-def _release_for(job: Job, command: Command, now: datetime, how: str) -> tuple[JobEvent, ...]:
+def _release_for(job: Job, command: Command, now: datetime, how: HoldHow) -> tuple[JobEvent, ...]:
     """The release of the hold in force (if any) by a cancel or a give-up."""
     hold = job.hold
     if hold is None:
@@ -304,7 +329,7 @@ def _cancelled(job: Job, command: Command, now: datetime) -> tuple[JobEvent, ...
     )
     return (
         CancelRequested(job_id=job.job_id, at=now, by=command.by, reason=command.reason),
-        *_release_for(job, command, now, "cancel"),
+        *_release_for(job, command, now, HoldHow.CANCEL),
         OutcomeCommitted(job_id=job.job_id, at=now, state=State.CANCELLED, cause=cause),
     )
 
@@ -328,12 +353,12 @@ def _give_up(job: Job, command: GiveUp, now: datetime) -> tuple[JobEvent, ...]:
     reason = f": {command.reason}" if command.reason else ""
     return (
         GaveUp(job_id=job.job_id, at=now, by=command.by, reason=command.reason),
-        *_release_for(job, command, now, "give-up"),
+        *_release_for(job, command, now, HoldHow.GIVE_UP),
         OutcomeCommitted(job_id=job.job_id, at=now, state=State.FAILED, cause=cause),
         EscalationCommitted(
             job_id=job.job_id,
             at=now,
-            id="give-up",
+            id=escalation_id(EscalationKind.GIVE_UP),
             detail=f"{command.by.name} gave up on hold {hold.instance} ({cause.kind}){reason}",
         ),
     )
@@ -405,8 +430,11 @@ def _abandon(job: Job, command: Abandon, now: datetime) -> tuple[JobEvent, ...]:
     )
 
 
-def _supersede(job: Job, command: Supersede, now: datetime) -> tuple[JobEvent, ...]:
-    """Create a new job from one with an outcome: same spec, generation + 1 (seed 002).
+def _supersede(
+    job: Job, command: Supersede, now: datetime, refused_option: OptionRefused | None
+) -> tuple[JobEvent, ...]:
+    """Create a new job from one with an outcome: same spec, generation + 1 (seed 002);
+    refused when the backend now refuses an option of the spec (``refused_option``).
 
     The spec is the old job's as recorded, its checkpoint root already concrete (``{job}``
     became the old job's id at its creation), so the new job resumes from the old one's
@@ -420,6 +448,13 @@ def _supersede(job: Job, command: Supersede, now: datetime) -> tuple[JobEvent, .
         )
     if job.superseded_by is not None:
         raise _refuse(job, command, f"the job is already superseded by {job.superseded_by!r}")
+    if refused_option is not None:
+        raise _refuse(
+            job,
+            command,
+            f"the job's spec.options.{refused_option.key} is invalid: {refused_option.reason}; "
+            "a superseding job keeps the spec, so submit a new job with the option fixed",
+        )
     new = command.new_job_id
     if not is_job_id(new):
         raise _refuse(job, command, f"{new!r} is not a job id: {_JOB_ID_RULE}")

@@ -9,6 +9,8 @@ Every event carries ``job_id`` (the record it belongs to) and ``at`` (when it wa
 
 from __future__ import annotations
 
+import enum
+
 import msgspec
 
 from dispatch_core.state import (
@@ -37,6 +39,7 @@ __all__ = [
     "ExecutionEnded",
     "GateOpened",
     "GaveUp",
+    "HoldHow",
     "HoldPlaced",
     "HoldReleased",
     "JobCreated",
@@ -49,9 +52,64 @@ __all__ = [
     "OutcomeCommitted",
     "RecoveryCommitted",
     "StopRequested",
+    "StopWhy",
     "SubmissionOpened",
+    "SubmissionWhy",
     "Superseded",
 ]
+
+
+class SubmissionWhy(enum.StrEnum):
+    """Why a submission was opened (``SubmissionOpened.why``); the values are the strings
+    records already hold."""
+
+    INITIAL = "initial"
+    """The job's first submission."""
+    RECOVERY = "recovery"
+    """A recovery rule resubmits after an execution ended."""
+    RESUBMIT = "resubmit"
+    """A person resubmitted a held job (seed 002)."""
+    ABANDONED = "abandoned"
+    """The next submission after an all-unknown one was abandoned (seed 002)."""
+    CEASED = "ceased"
+    """A cessation fact lifted a shared-checkpoint hold and its resubmit rule applies (seed
+    004)."""
+
+
+class StopWhy(enum.StrEnum):
+    """Why dispatch asked the scheduler to stop an object (``StopRequested.why``); the values
+    are the strings records already hold."""
+
+    CANCEL = "cancel"
+    """The job was cancelled."""
+    FENCE = "fence"
+    """The node-loss window passed (seed 000, "The node-loss fence")."""
+    DUPLICATE = "duplicate"
+    """An object the record never launched, or a second one of one submission."""
+    OUTCOME = "outcome"
+    """The job has an outcome and the object still lives."""
+    RECOVERY = "recovery"
+    """A native requeue or restart the policy doesn't want, or a failed job's live object."""
+
+
+class HoldHow(enum.StrEnum):
+    """How a hold ended (``HoldReleased.how``); the values are the strings records already
+    hold."""
+
+    RELEASE = "release"
+    """A person released an actor hold."""
+    RESUBMIT = "resubmit"
+    """A person resubmitted the held job."""
+    CANCEL = "cancel"
+    """The job was cancelled."""
+    GIVE_UP = "give-up"
+    """A person gave up on the held job."""
+    CEASED = "ceased"
+    """The backend's cessation signal said the object's processes are gone (seed 004)."""
+    OUTCOME = "outcome"
+    """The job got an outcome while held."""
+    REPLACED = "replaced"
+    """A recovery hold replaced the actor hold in force."""
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -93,14 +151,15 @@ class SubmissionOpened(Event, frozen=True, kw_only=True, tag="submission.opened"
 
     Attributes:
         submission: N, 1 for the first.
-        why: ``initial``, ``recovery``, ``resubmit``, ``abandoned`` (after an all-unknown
-            submission was abandoned) or ``ceased`` (a cessation fact lifted a hold).
+        why: a :class:`SubmissionWhy`: ``initial``, ``recovery``, ``resubmit``,
+            ``abandoned`` (after an all-unknown submission was abandoned) or ``ceased`` (a
+            cessation fact lifted a hold).
         cause: the cause that ended the previous execution, when there was one.
         by: the actor who asked for it (resubmit), when there was one.
     """
 
     submission: int
-    why: str
+    why: SubmissionWhy
     cause: Cause | None = None
     by: Actor | None = None
 
@@ -153,16 +212,16 @@ class StopRequested(Event, frozen=True, kw_only=True, tag="stop.requested"):
 
     Attributes:
         ref: the object.
-        why: ``cancel``, ``fence`` (node-loss window passed), ``duplicate``, ``outcome``
-            (the job has an outcome and the object still lives), ``recovery`` (a native
-            requeue the policy doesn't want).
+        why: a :class:`StopWhy`: ``cancel``, ``fence`` (node-loss window passed),
+            ``duplicate``, ``outcome`` (the job has an outcome and the object still lives),
+            ``recovery`` (a native requeue the policy doesn't want).
         emergency: whether it was an emergency stop.
         submission, attempt: for a ``duplicate`` (an object the record never launched), the
             N and a read from it, so the record keeps the object; ``None`` otherwise.
     """
 
     ref: ObjectRef
-    why: str
+    why: StopWhy
     emergency: bool = False
     submission: int | None = None
     attempt: int | None = None
@@ -244,14 +303,15 @@ class HoldReleased(Event, frozen=True, kw_only=True, tag="hold.released"):
     Attributes:
         instance: the hold.
         by: who ended it.
-        how: ``release``, ``resubmit``, ``cancel``, ``give-up`` or ``ceased``.
+        how: a :class:`HoldHow` (``release``, ``resubmit``, ``cancel``, ``give-up``,
+            ``ceased``, ``outcome`` or ``replaced``).
         override: whether ``by`` released a hold someone else placed (seed 002).
         reason: the actor's words.
     """
 
     instance: int
     by: Actor
-    how: str
+    how: HoldHow
     override: bool = False
     reason: str = ""
 

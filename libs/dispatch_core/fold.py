@@ -612,7 +612,7 @@ def _apply(acc: _Acc, seq: int, ev: JobEvent) -> None:
                 if ev.why != "duplicate":
                     raise acc.bad(
                         seq,
-                        f"stop.requested (why {ev.why!r}) names object {ev.ref}, which the "
+                        f"stop.requested (why {str(ev.why)!r}) names object {ev.ref}, which the "
                         "record never launched; only a duplicate may be stopped unlaunched",
                     )
                 known = ObjectRecord(

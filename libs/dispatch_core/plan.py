@@ -40,9 +40,12 @@ from datetime import datetime, timedelta
 from typing import Final, assert_never
 
 from dispatch_core.constants import CESSATION_INTERVAL_S, SUPERVISOR
+from dispatch_core.escalations import EscalationKind
+from dispatch_core.escalations import escalation_id as esc_id
 from dispatch_core.events import (
     EscalationCommitted,
     ExecutionEnded,
+    HoldHow,
     HoldPlaced,
     HoldReleased,
     JobEvent,
@@ -53,7 +56,9 @@ from dispatch_core.events import (
     OutcomeCommitted,
     RecoveryCommitted,
     StopRequested,
+    StopWhy,
     SubmissionOpened,
+    SubmissionWhy,
 )
 from dispatch_core.fold import fold
 from dispatch_core.job import Attempt, Hold, Job, LaunchOutcome, ObjectRecord, Submission
@@ -75,18 +80,18 @@ from dispatch_core.state import (
     UnknownLaunchPolicy,
 )
 from dispatch_core.steps import (
+    AnyStep,
     AskCessation,
     Commit,
     Deliver,
     Launch,
     OpenGate,
     Pass,
-    Step,
     Stop,
 )
 from dispatch_core.writers import WriterKind
 
-__all__ = ["RESUME_INTERVAL_S", "STOP_INTERVAL_S", "VANISHED_DETAIL", "next_steps"]
+__all__ = ["RESUME_INTERVAL_S", "STOP_INTERVAL_S", "VANISHED_DETAIL", "next_steps", "planned"]
 
 STOP_INTERVAL_S: Final = 60.0
 """Seconds between two asks to stop an object that is still alive (docs/core-semantics.md,
@@ -157,11 +162,11 @@ class _Pass:
                     self.foreign.append(obj)
                 else:
                     self.own[obj.ref] = obj
-        self.commits: list[Step] = []
-        self.stops: list[Step] = []
-        self.gates: list[Step] = []
-        self.launches: list[Step] = []
-        self.asks: list[Step] = []
+        self.commits: list[AnyStep] = []
+        self.stops: list[AnyStep] = []
+        self.gates: list[AnyStep] = []
+        self.launches: list[AnyStep] = []
+        self.asks: list[AnyStep] = []
         self.wakes: list[datetime] = []
         self._primary: ObjectRecord | _Unset | None = _UNSET
 
@@ -203,7 +208,7 @@ class _Pass:
     def stop(
         self,
         ref: ObjectRef,
-        why: str,
+        why: StopWhy,
         *,
         emergency: bool = False,
         submission: int | None = None,
@@ -275,6 +280,20 @@ def next_steps(
     Raises:
         ValueError: ``discovery`` is another job's.
     """
+    return planned(job, discovery, declarations, now)[0]
+
+
+def planned(
+    job: Job, discovery: Discovery | None, declarations: Declarations, now: datetime
+) -> tuple[Pass, Job]:
+    """:func:`next_steps`, with the job as it will be once the pass's decisions (its
+    ``Commit`` events, then its ``Stop`` and fresh ``Launch`` intents) are committed: the
+    planner's working copy, folded with :func:`~dispatch_core.fold.fold` itself as the pass
+    was planned (``seq`` counts one per decision).
+
+    Raises:
+        ValueError: ``discovery`` is another job's.
+    """
     if discovery is not None and discovery.job_id != job.job_id:
         raise ValueError(
             f"next_steps: discovery of job {discovery.job_id!r} given for job {job.job_id!r}"
@@ -294,7 +313,7 @@ def next_steps(
     _cleanup(p)
     deliver = _deliver(p)
     steps = (*p.commits, *p.stops, *p.gates, *p.launches, *p.asks, *deliver)
-    return Pass(steps=steps, wake_at=min(p.wakes, default=None), settled=p.settled())
+    return Pass(steps=steps, wake_at=min(p.wakes, default=None), settled=p.settled()), p.job
 
 
 # -- 1. found launches ----------------------------------------------------------------------
@@ -332,7 +351,7 @@ def _found_launches(p: _Pass) -> None:
                 ),
             )
         elif obs.alive:
-            p.stop(obs.ref, "duplicate", submission=obs.submission, attempt=obs.attempt)
+            p.stop(obs.ref, StopWhy.DUPLICATE, submission=obs.submission, attempt=obs.attempt)
 
 
 # -- 2. endings -----------------------------------------------------------------------------
@@ -497,7 +516,7 @@ def _resume_recovery(p: _Pass) -> None:
         and job.submission is not None
     ):
         recoveries = [r for r in job.recoveries if not r.native]
-        _open_submission(p, "recovery", recoveries[-1].cause)
+        _open_submission(p, SubmissionWhy.RECOVERY, recoveries[-1].cause)
 
 
 def _resume_decision(p: _Pass) -> None:
@@ -577,7 +596,7 @@ def _decide_ending(p: _Pass, ref: ObjectRef, restart: int, cause: Cause, *, live
             )
         case Action.HOLD:
             if lived_on:
-                p.stop(ref, "recovery")
+                p.stop(ref, StopWhy.RECOVERY)
             _place_recovery_hold(p, rule, cause)
         case Action.RESUBMIT | Action.RESTART | Action.REQUEUE:
             if p.job.spent(rule.rule) >= rule.budget:
@@ -586,7 +605,7 @@ def _decide_ending(p: _Pass, ref: ObjectRef, restart: int, cause: Cause, *, live
                 _recover(p, ref, restart, rule, cause, native=True)
             elif rule.action is Action.RESUBMIT:
                 _recover(p, ref, restart, rule, cause, native=False)
-                _open_submission(p, "recovery", cause)
+                _open_submission(p, SubmissionWhy.RECOVERY, cause)
             else:
                 _fail(
                     p,
@@ -632,7 +651,7 @@ def _recover(
     )
 
 
-def _open_submission(p: _Pass, why: str, cause: Cause | None) -> None:
+def _open_submission(p: _Pass, why: SubmissionWhy, cause: Cause | None) -> None:
     number = len(p.job.submissions) + 1
     p.commit(
         "submission",
@@ -660,7 +679,7 @@ def _outcome(p: _Pass, state: State, cause: Cause) -> None:
                 at=p.now,
                 instance=hold.instance,
                 by=SUPERVISOR,
-                how="outcome",
+                how=HoldHow.OUTCOME,
                 reason=f"the job has an outcome: {state}",
             ),
         )
@@ -675,11 +694,11 @@ def _fail(p: _Pass, ref: ObjectRef, cause: Cause, why: str, *, lived_on: bool) -
     """Fail the job "with the cause that ended the execution, and an escalation"
     (``failed:<cause>``, seed 002: "The detail says why")."""
     if lived_on:
-        p.stop(ref, "recovery")
+        p.stop(ref, StopWhy.RECOVERY)
     _outcome(p, State.FAILED, cause)
     words = f": {cause.detail}" if cause.detail else ""
     p.escalate(
-        f"failed:{cause.kind}",
+        esc_id(EscalationKind.FAILED, cause.kind),
         f"the job failed with {cause.kind} ({cause.provenance}{words}): {why}",
     )
 
@@ -703,7 +722,7 @@ def _place_recovery_hold(p: _Pass, rule: PlannedRule, cause: Cause) -> None:
                 at=p.now,
                 instance=current.instance,
                 by=SUPERVISOR,
-                how="replaced",
+                how=HoldHow.REPLACED,
                 reason=f"an execution ended with {cause.kind}; a recovery hold replaces it",
             ),
         )
@@ -775,7 +794,7 @@ def _fence(p: _Pass) -> None:
     if p.now < end:
         p.wake(end)
         return
-    p.stop(primary.ref, "fence")
+    p.stop(primary.ref, StopWhy.FENCE)
     p.commit(
         "ended",
         f"{primary.ref}/{obs.restarts}",
@@ -811,7 +830,7 @@ def _holds(p: _Pass) -> None:
     hold = job.hold
     if hold is None or job.outcome is not None:
         return
-    escalation_id = f"overdue:{hold.instance}"
+    escalation_id = esc_id(EscalationKind.OVERDUE, hold.instance)
     if p.now >= hold.deadline:
         p.escalate(
             escalation_id,
@@ -860,7 +879,7 @@ def _ceased(p: _Pass, hold: Hold) -> None:
             at=p.now,
             instance=hold.instance,
             by=SUPERVISOR,
-            how="ceased",
+            how=HoldHow.CEASED,
             reason="the backend's cessation signal says the ended object's processes are gone",
         ),
     )
@@ -873,7 +892,7 @@ def _ceased(p: _Pass, hold: Hold) -> None:
     if original is Action.RESUBMIT and p.job.spent(rule.rule) < rule.budget:
         restart = max(primary.ended, default=0)
         _recover(p, primary.ref, restart, rule, cause, native=False)
-        _open_submission(p, "ceased", cause)
+        _open_submission(p, SubmissionWhy.CEASED, cause)
     elif original is Action.RESUBMIT:
         _fail(p, primary.ref, cause, _spent(rule, cause.kind), lived_on=False)
     else:
@@ -907,7 +926,7 @@ def _launches(p: _Pass) -> None:
         return
     sub = job.submission
     if sub is None:
-        _open_submission(p, "initial", None)
+        _open_submission(p, SubmissionWhy.INITIAL, None)
         _launch(p)
         return
     attempts = sub.attempts
@@ -933,7 +952,7 @@ def _launches(p: _Pass) -> None:
         for t in job.abandoned
     )
     if abandoned:
-        _open_submission(p, "abandoned", sub.cause)
+        _open_submission(p, SubmissionWhy.ABANDONED, sub.cause)
         _launch(p)
     elif len(attempts) < job.spec.max_launch_attempts:
         _launch(p)
@@ -942,7 +961,7 @@ def _launches(p: _Pass) -> None:
     else:
         # Attempts a person abandoned (no object) and refusals used every attempt: the
         # submission made nothing, like an abandoned all-unknown one; launch the next.
-        _open_submission(p, "abandoned", sub.cause)
+        _open_submission(p, SubmissionWhy.ABANDONED, sub.cause)
         _launch(p)
 
 
@@ -992,7 +1011,7 @@ def _refused(p: _Pass, sub: Submission) -> None:
     )
     _outcome(p, State.FAILED, cause)
     p.escalate(
-        f"refused:{sub.number}",
+        esc_id(EscalationKind.REFUSED, sub.number),
         f"the job failed: the scheduler refused every attempt to launch submission "
         f"{sub.number} ({len(sub.attempts)} attempts){_words(last.detail)}",
     )
@@ -1122,7 +1141,7 @@ def _unknown_launches(p: _Pass) -> None:
         if not unknown or any((sub.number, a.attempt) in cut_off for a in unknown):
             continue
         if len(unknown) == len(sub.attempts):
-            escalation_id = f"all-unknown:{sub.number}"
+            escalation_id = esc_id(EscalationKind.ALL_UNKNOWN, sub.number)
             due = sub.attempts[-1].intended_at + age
             if p.job.escalation(escalation_id) is not None:
                 continue
@@ -1138,7 +1157,7 @@ def _unknown_launches(p: _Pass) -> None:
             )
             continue
         for attempt in unknown:
-            escalation_id = f"unmatched:{sub.number}/{attempt.attempt}"
+            escalation_id = esc_id(EscalationKind.UNMATCHED, (sub.number, attempt.attempt))
             due = attempt.intended_at + age
             if p.job.escalation(escalation_id) is not None:
                 continue
@@ -1178,7 +1197,7 @@ def _gates(p: _Pass) -> None:
         ):
             words = "" if obs.cause is None else _words(obs.cause.detail)
             p.escalate(
-                f"admin-held:{obs.ref.id}",
+                esc_id(EscalationKind.ADMIN_HELD, obs.ref.id),
                 f"object {obs.ref} of submission {obs.submission} is held by someone other "
                 f"than dispatch{words}; dispatch never opens that gate: ask whoever holds it, "
                 "or cancel the job",
@@ -1235,7 +1254,7 @@ def _foreign(p: _Pass) -> None:
     for obs in p.foreign:
         if obs.alive and obs.ref not in abandoned:
             p.escalate(
-                f"foreign:{obs.ref.id}",
+                esc_id(EscalationKind.FOREIGN, obs.ref.id),
                 f"object {obs.ref} is named for this job ({obs.name}) but its submission and "
                 "attempt can't be read from it; dispatch never stops or adopts it: find out "
                 "what it is, stop it yourself if it shouldn't run, then abandon it",
@@ -1258,16 +1277,16 @@ def _stops(p: _Pass) -> None:
     job = p.job
     primary = p.primary()
     if job.outcome is None:
-        why = "duplicate"
+        why = StopWhy.DUPLICATE
     else:
-        why = "cancel" if job.outcome is State.CANCELLED else "outcome"
+        why = StopWhy.CANCEL if job.outcome is State.CANCELLED else StopWhy.OUTCOME
     emergency = job.emergency_stop_at if p.declarations.emergency_stop else None
     for obs in p.own.values():
         if not obs.alive:
             continue
         record = job.object(obs.ref)
         asked = None if record is None else record.stop_requested_at
-        again_why = why if record is None or not record.stop_why else record.stop_why
+        again_why = why if record is None or not record.stop_why else StopWhy(record.stop_why)
         if emergency is not None and (
             record is None
             or record.emergency_stop_at is None
@@ -1304,7 +1323,7 @@ def _stop_overdue(p: _Pass) -> None:
         first = record.first_stop_requested_at
         if first is None or not _stop_unconfirmed(p, record):
             continue
-        escalation_id = f"stop-overdue:{record.ref.id}"
+        escalation_id = esc_id(EscalationKind.STOP_OVERDUE, record.ref.id)
         if p.job.escalation(escalation_id) is not None:
             continue
         due = first + deadline
@@ -1356,7 +1375,7 @@ def _cleanup(p: _Pass) -> None:
     job = p.job
     if job.outcome is None or job.outcome_at is None or p.settled():
         return
-    if job.escalation("cleanup-deadline") is not None:
+    if job.escalation(esc_id(EscalationKind.CLEANUP_DEADLINE)) is not None:
         return
     start = job.cancel_requested_at or job.outcome_at
     due = start + timedelta(seconds=job.spec.cleanup_deadline_s)
@@ -1386,7 +1405,7 @@ def _cleanup(p: _Pass) -> None:
     if p.discovery is None:
         parts.append("the scheduler's view of the job is not known yet")
     p.escalate(
-        "cleanup-deadline",
+        esc_id(EscalationKind.CLEANUP_DEADLINE),
         f"the job's outcome is {job.outcome} since {_iso(job.outcome_at)} but it has not "
         f"settled {job.spec.cleanup_deadline_s:.0f} s after {_iso(start)}: " + "; ".join(parts),
     )
@@ -1411,7 +1430,7 @@ def _unshown_unended(p: _Pass) -> list[str]:
 # -- 12. delivery -----------------------------------------------------------------------------
 
 
-def _deliver(p: _Pass) -> tuple[Step, ...]:
+def _deliver(p: _Pass) -> tuple[AnyStep, ...]:
     """Deliver what the record held undelivered when the pass began.
 
     Seed 002, "Receive and answer escalations": "After each pass's steps, the supervisor

@@ -129,7 +129,11 @@ def validate_spec(spec: JobSpec) -> None:
     * a spec with both ``command`` and ``script`` (which one would run?);
     * a NUL byte in an element of ``command``, in ``script``, in an environment key or
       value, or in an option's name or value (``options.chdir`` among them);
-    * an environment key that is empty or contains ``=``.
+    * an environment key that is empty or contains ``=``;
+    * an environment key starting with ``DISPATCH_``: those name the execution to the job and
+      its checkpoint library (``DISPATCH_EPOCH``, ``DISPATCH_ATTEMPT``...; seed 004, "The
+      epoch orders executions"); every backend sets them last, so a spec's value would be
+      silently overridden (or, for one dispatch adds later, silently win).
 
     ``=`` stays legal where a program or path takes it: in ``command`` (``--lr=0.1``), in an
     environment value, and in ``options.chdir`` (``/data/run=3`` is a valid path).
@@ -155,6 +159,9 @@ def validate_spec(spec: JobSpec) -> None:
 
 _NUL: Final = "\0"
 
+RESERVED_ENV_PREFIX: Final = "DISPATCH_"
+"""Environment names dispatch sets in every execution (seed 004); a spec may not set them."""
+
 
 def _validate_runnable(spec: JobSpec) -> None:
     """Refuse what no runner can start (see :func:`validate_spec`)."""
@@ -179,6 +186,13 @@ def _validate_runnable(spec: JobSpec) -> None:
             )
         if _NUL in value:
             raise InvalidSpec("env", f"the value of {key} has a NUL byte")
+        if key.startswith(RESERVED_ENV_PREFIX):
+            raise InvalidSpec(
+                "env",
+                f"{key} is dispatch's own: variables starting with {RESERVED_ENV_PREFIX} tell "
+                "the execution who it is (DISPATCH_EPOCH, DISPATCH_ATTEMPT, ...) and are set "
+                "by dispatch; rename it",
+            )
     for key, value in spec.options.items():
         if _NUL in key:
             raise InvalidSpec("options", f"option name {key!r} has a NUL byte")

@@ -400,6 +400,11 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
             scheduler still doesn't show it ended, ``stop-overdue:<object id>`` is escalated
             (issue 15; default 30 minutes). The stop is asked again meanwhile, and a
             replacement's gate stays closed whatever this says.
+        owner: the Unix user the job runs as, on a backend that runs jobs as their owners
+            (Slurm with ``users`` set: sbatch, scontrol release and scancel run as this
+            user); empty: the backend's own user. Set by the API from the submitting
+            actor's mapping (``unix_user`` in the tokens file, issue 16), never taken from a
+            client that may not act for that user.
     """
 
     cluster: str
@@ -414,6 +419,7 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     max_launch_attempts: int = 3
     on_unknown_launch: UnknownLaunchPolicy = UnknownLaunchPolicy.WAIT
     stop_overdue_s: float = 1800.0
+    owner: str = ""
 
     @property
     def shared_checkpoint(self) -> bool:

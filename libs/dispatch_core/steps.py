@@ -1,6 +1,8 @@
 """What one supervisor pass should do: the planner's output (sans-I/O, h11's shape).
 
-``next_steps`` returns a :class:`Pass`; the supervisor carries its steps out in order and never
+``next_steps`` returns a :class:`Pass`; :func:`dispatch_core.supervision.plan_pass` wraps it
+with everything else a supervisor pass needs (the decisions to commit, the job after them,
+the follow-up, the last look), so the supervisor carries the steps out in order and never
 decides anything itself. A :class:`Commit` appends its event to the record. An action step
 that carries an ``intent`` event has that event committed *before* the action is carried out
 (a launch's intent before the scheduler is called, DESIGN.md section 5), and its result
@@ -11,6 +13,8 @@ plan twice after a crash does no harm.
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import msgspec
 
 from dispatch_core.events import JobEvent, LaunchIntended, StopRequested
@@ -18,6 +22,7 @@ from dispatch_core.job import Escalation
 from dispatch_core.state import JobSpec, ObjectRef, UtcDatetime
 
 __all__ = [
+    "AnyStep",
     "AskCessation",
     "Commit",
     "Deliver",
@@ -111,6 +116,12 @@ class Deliver(Step, frozen=True, kw_only=True, tag="deliver"):
     escalations: tuple[Escalation, ...]
 
 
+AnyStep: TypeAlias = Commit | Launch | OpenGate | Stop | AskCessation | Deliver
+"""Every planner step, as a closed tagged union: a shell's ``match`` over a step ends in
+``typing.assert_never`` (``Step`` is their base class, which msgspec can't decode into a
+subclass, and which mypy can't check for exhaustiveness)."""
+
+
 class Pass(msgspec.Struct, frozen=True, kw_only=True):
     """The steps of one supervisor pass.
 
@@ -122,6 +133,6 @@ class Pass(msgspec.Struct, frozen=True, kw_only=True):
         settled: whether the job has an outcome and nothing of it can still act.
     """
 
-    steps: tuple[Step, ...]
+    steps: tuple[AnyStep, ...]
     wake_at: UtcDatetime | None
     settled: bool

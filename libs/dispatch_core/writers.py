@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from dispatch_core.escalations import EscalationKind, escalation_id
 from dispatch_core.events import (
     Abandoned,
     CancelRequested,
@@ -47,6 +48,7 @@ from dispatch_core.events import (
     ExecutionEnded,
     GateOpened,
     GaveUp,
+    HoldHow,
     HoldPlaced,
     HoldReleased,
     JobCreated,
@@ -60,6 +62,7 @@ from dispatch_core.events import (
     RecoveryCommitted,
     StopRequested,
     SubmissionOpened,
+    SubmissionWhy,
     Superseded,
 )
 
@@ -112,16 +115,18 @@ WRITERS: Final[Mapping[type[JobEvent], WriterRule]] = {
     HoldPlaced: ByField("kind", {"actor": _API, "recovery": _SUPERVISOR}, otherwise=frozenset()),
     HoldReleased: ByField(
         "how",
-        {how: _API for how in ("release", "resubmit", "cancel", "give-up")},
-        otherwise=_SUPERVISOR,  # the planner's: "outcome", "replaced", "ceased"
+        {how: _API for how in (HoldHow.RELEASE, HoldHow.RESUBMIT, HoldHow.CANCEL, HoldHow.GIVE_UP)},
+        otherwise=_SUPERVISOR,  # the planner's: outcome, replaced, ceased
     ),
-    SubmissionOpened: ByField("why", {"resubmit": _API}, otherwise=_SUPERVISOR),
+    SubmissionOpened: ByField("why", {SubmissionWhy.RESUBMIT: _API}, otherwise=_SUPERVISOR),
     # A cancel or a give-up commits its outcome (and give-up's escalation) with the command;
     # any other outcome or escalation is the planner's.
     OutcomeCommitted: ByField(
         "state", {"cancelled": _API_OR_SUPERVISOR, "failed": _API_OR_SUPERVISOR}, _SUPERVISOR
     ),
-    EscalationCommitted: ByField("id", {"give-up": _API_OR_SUPERVISOR}, _SUPERVISOR),
+    EscalationCommitted: ByField(
+        "id", {escalation_id(EscalationKind.GIVE_UP): _API_OR_SUPERVISOR}, _SUPERVISOR
+    ),
     # What the planner decided and what the supervisor's actions found.
     LaunchIntended: _SUPERVISOR,
     LaunchRecorded: _SUPERVISOR,

@@ -6,12 +6,29 @@ follows a stream in order across reconnects and server restarts. `OrderedFeed` w
 with dispatch's errors, a bounded-wait loop that notices a closed connection, and a clean
 `aclose`. `MessageFeed` is the base of the public feeds: an `OrderedFeed` whose messages
 are turned into the feed's own items.
+
+Every consumer an `OrderedFeed` creates, the first and each one a reset re-creates, is
+*named*, with a fresh random name (:func:`fresh_consumer_name`), and so created on the named
+subject ``<api>.CONSUMER.CREATE.<stream>.<name>.<filter>``, never on the legacy ephemeral
+subject ``<api>.CONSUMER.CREATE.<stream>`` that nats-py uses for an unnamed one. The legacy
+subject carries no name, so NATS permissions can't tell a request that creates a new
+consumer from one that names an existing consumer in its body and so updates it (another
+service's durable included): dispatch's generated permissions refuse it to every identity
+(dispatch_nats.permissions). A reset takes a fresh name because the consumer it replaces
+may still exist (a sequence gap while the old one still pushes): re-creating that name with
+another start seq or deliver subject would be an update, which the server refuses. nats-py
+keeps its own gap detection, heartbeat monitoring and flow control; only the name of the
+re-created consumer is ours (`_FreshlyNamedReset`). The old consumer, no longer listened
+to, is removed by the server after its inactive threshold (5 s for an ephemeral): no
+identity is granted consumer delete.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import secrets
 from types import TracebackType
 from typing import Generic, Self, TypeVar
 
@@ -27,6 +44,28 @@ from nats.js.errors import APIError, NotFoundError
 from dispatch_nats.errors import NatsStoreError, StoreUnavailable, StreamNotFound, api_error
 
 _POLL_S = 1.0  # how often a waiting iterator checks for a closed connection, seconds
+
+ORDERED_CONSUMER_PREFIX = "ordered-"
+"""The prefix of every name `OrderedFeed` gives a consumer (never a durable's name)."""
+
+
+def fresh_consumer_name() -> str:
+    """A new name for an ordered consumer: ``ordered-`` and 96 random bits in hex.
+
+    The name is known to its creator only (its messages go to the creator's own inbox, and
+    no identity may list consumers), so no other identity can name it in a request.
+    """
+    return f"{ORDERED_CONSUMER_PREFIX}{secrets.token_hex(12)}"
+
+
+class _FreshlyNamedReset(JetStreamContext._JSI):
+    """nats-py's ordered-consumer state, whose reset re-creates the consumer under a fresh
+    name (module docstring). nats-py's `reset_ordered_consumer` has already pointed the
+    config at a new deliver subject and the next stream seq; only the name changes here."""
+
+    async def recreate_consumer(self) -> None:
+        self._ccreq.name = fresh_consumer_name()
+        await super().recreate_consumer()
 
 
 T = TypeVar("T")
@@ -83,13 +122,15 @@ class OrderedFeed:
             StoreUnavailable: JetStream did not answer, or the connection is down.
             JetStreamApiError: JetStream refused the consumer.
         """
+        # a copy: nats-py fills in (and on a reset changes) the config it is given
+        config = dataclasses.replace(self._config, name=fresh_consumer_name())
         try:
-            self._sub = await self._js.subscribe(
+            sub = await self._js.subscribe(
                 self._filter,
                 stream=self._stream,
                 ordered_consumer=True,
                 idle_heartbeat=self._heartbeat_s,
-                config=self._config,
+                config=config,
             )
         except NotFoundError as err:
             raise StreamNotFound(self._stream, self._filter) from err
@@ -102,6 +143,12 @@ class OrderedFeed:
             ) from err
         except NatsError as err:
             raise StoreUnavailable(f"follow {self._filter!r}", repr(err)) from err
+        jsi = sub._sub._jsi
+        if type(jsi) is not JetStreamContext._JSI:  # pragma: no cover - a nats-py change
+            await sub.unsubscribe()
+            raise NatsStoreError(f"nats-py's ordered consumer changed: {type(jsi)!r}")
+        jsi.__class__ = _FreshlyNamedReset
+        self._sub = sub
 
     async def next_msg(self) -> Msg:
         """Wait for the next message.

@@ -30,6 +30,43 @@ contract's streams, ``DIRECT.GET`` of those it reads, consumer create/info/next 
 consumers it really uses. Nobody may delete or purge a stream or a consumer, update a stream,
 or create a stream whose name is not the contract's.
 
+Consumers: no identity may create, update or delete a consumer another identity owns.
+nats-server (2.9+, nats-io/nats-server#3409 "secure consumer create") creates *and updates*
+consumers through one request: ``CONSUMER.CREATE.<stream>.<name>[.<filter>]``, whose body is
+the whole configuration; the name is taken from the subject (a ``durable_name`` in the body
+that differs is refused, err 10017; a ``name`` that differs is ignored; a filter that differs
+from the subject's is refused, err 10131), and the server updates the consumer of that name
+if it exists. A request's ``action`` (create/update) is in the body, out of reach of
+permissions. So ownership is enforced on the name in the subject:
+
+- *Durables* (fixed names known here: ``<supervisor_durable>-record``, ``-discovery``,
+  ``-work`` owned by ``supervisor``, ``<notifier_durable>`` owned by ``notifier``): every
+  identity is *denied* (deny beats allow in nats-server) create, update and delete of each
+  durable it does not own, on every form that names it: ``CONSUMER.CREATE.<s>.<d>`` and
+  ``CONSUMER.CREATE.<s>.<d>.>`` (filtered), the legacy ``CONSUMER.DURABLE.CREATE.<s>.<d>``,
+  and ``CONSUMER.DELETE.<s>.<d>``. The owner is allowed the first two for its own durables.
+- *The legacy ephemeral subject* ``CONSUMER.CREATE.<stream>`` (5 tokens, no name) is granted
+  to nobody and denied to everybody: the server accepts a ``name`` in its body and then
+  updates the consumer of that name, so whoever may send it could re-point another
+  service's durable (e.g. give the supervisor's ``-discovery`` consumer a filter matching
+  nothing: every job would stay pending). nats-py sends it for an unnamed ordered consumer;
+  dispatch's feeds never do (dispatch_nats._feed).
+- *Ordered (ephemeral) consumers*, the feeds that follow a stream in order: created by the
+  named form with a fresh random name (``ordered-`` and 96 random bits) each time, the first
+  and after every reset, so an identity that follows stream ``<s>`` is allowed
+  ``CONSUMER.CREATE.<s>.*`` and ``CONSUMER.CREATE.<s>.*.>``, minus the durables above. NATS
+  subjects can't be matched by prefix, so ownership of an ephemeral rests on its name being
+  known to its creator only: it is never sent anywhere another identity can subscribe (its
+  deliveries and acks go through the owner's inbox, no identity may list consumers or
+  subscribe to JetStream advisories), and it lives only as long as its creator listens (the
+  server removes an ephemeral 5 s after its last subscriber left).
+
+A residual that permissions can't close: a push consumer's deliver subject is in the body,
+so an identity allowed to create a consumer on a stream can have the server deliver *that
+stream's own messages* (never a payload of its choosing) to any core subject of the account.
+Streams ingest no such delivery, and dispatch's core subscribers (wake-ups, heartbeats) use
+what they receive only as a hint to read the streams.
+
 Who may create the contract's streams: every service identity (``api``, ``supervisor``,
 ``notifier``, ``observer-*``), by name only. Each service calls ``ensure_streams`` at start-up
 and any of them may start first; allowing it costs nothing once the streams exist, since the
@@ -52,7 +89,14 @@ from dataclasses import dataclass
 from typing import Any, Final, assert_never
 
 from dispatch_core import WriterKind
-from dispatch_nats.contract import DEFAULT_LAYOUT, Layout, StreamKind, validate_cluster
+from dispatch_nats._feed import ORDERED_CONSUMER_PREFIX
+from dispatch_nats.contract import (
+    DEFAULT_LAYOUT,
+    Layout,
+    StreamKind,
+    _validate_token,
+    validate_cluster,
+)
 from dispatch_nats.errors import InvalidName
 
 __all__ = [
@@ -62,6 +106,7 @@ __all__ = [
     "Role",
     "TlsBlock",
     "User",
+    "durables",
     "inbox_prefix",
     "permissions",
     "render_server_config",
@@ -155,17 +200,66 @@ def inbox_prefix(identity: Identity, layout: Layout = DEFAULT_LAYOUT) -> str:
 @dataclass(frozen=True, slots=True)
 class Permissions:
     """The subjects an identity may publish to and subscribe to (nats-server ``allow`` lists;
-    everything else is denied)."""
+    everything else is denied), and the publishes denied even where an allow pattern matches
+    (``deny_publish``: other identities' consumers; deny beats allow)."""
 
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
+    deny_publish: tuple[str, ...] = ()
 
     def as_config(self) -> dict[str, Any]:
         """The ``permissions`` object of a nats-server user."""
-        return {
-            "publish": {"allow": list(self.publish)},
-            "subscribe": {"allow": list(self.subscribe)},
-        }
+        publish: dict[str, Any] = {"allow": list(self.publish)}
+        if self.deny_publish:
+            publish["deny"] = list(self.deny_publish)
+        return {"publish": publish, "subscribe": {"allow": list(self.subscribe)}}
+
+    def publish_allowed(self, subject: str) -> bool:
+        """Whether nats-server lets this identity publish to the literal ``subject``."""
+        return any(_matches(p, subject) for p in self.publish) and not any(
+            _matches(p, subject) for p in self.deny_publish
+        )
+
+
+def _matches(pattern: str, subject: str) -> bool:
+    """Whether NATS subject ``subject`` matches ``pattern`` (``*`` one token, ``>`` the rest)."""
+    p, s = pattern.split("."), subject.split(".")
+    for i, token in enumerate(p):
+        if token == ">":
+            return len(s) > i
+        if i >= len(s) or (token != "*" and token != s[i]):
+            return False
+    return len(p) == len(s)
+
+
+def durables(
+    layout: Layout,
+    *,
+    supervisor_durable: str = DEFAULT_SUPERVISOR_DURABLE,
+    notifier_durable: str = DEFAULT_NOTIFIER_DURABLE,
+) -> dict[tuple[str, str], Role]:
+    """Every durable consumer of an installation, ``(stream, name)``, and the role that owns
+    it (the only one that may create or update it; nobody may delete it).
+
+    Raises:
+        InvalidName: a durable name is not a subject-safe token, or names two durables of
+            one stream.
+    """
+    _validate_token("consumer name", supervisor_durable)
+    _validate_token("consumer name", notifier_durable)
+    out: dict[tuple[str, str], Role] = {}
+    for stream, name, owner in (
+        (layout.record_stream, f"{supervisor_durable}-record", Role.SUPERVISOR),
+        (layout.discovery_stream, f"{supervisor_durable}-discovery", Role.SUPERVISOR),
+        (layout.work_stream, f"{supervisor_durable}-work", Role.SUPERVISOR),
+        (layout.record_stream, notifier_durable, Role.NOTIFIER),
+    ):
+        if (stream, name) in out or name.startswith(ORDERED_CONSUMER_PREFIX):
+            raise InvalidName(
+                "consumer name", name, "two durables of one stream, or an ordered feed's name"
+            )
+        out[stream, name] = owner
+    return out
 
 
 def permissions(
@@ -184,15 +278,13 @@ def permissions(
         notifier_durable: ``NOTIFIER_DURABLE``, the notifiers' consumer.
     """
     js = _JetStream(layout)
+    owned = durables(
+        layout, supervisor_durable=supervisor_durable, notifier_durable=notifier_durable
+    )
     root = layout.root
     pub: list[str] = []
     sub: list[str] = [f"{inbox_prefix(identity, layout)}.>"]
-    rec, disc, stat, work = (
-        layout.record_stream,
-        layout.discovery_stream,
-        layout.status_stream,
-        layout.work_stream,
-    )
+    rec, disc, stat = layout.record_stream, layout.discovery_stream, layout.status_stream
     if identity.role is not Role.READER:
         pub += js.ensure_streams()
     match identity.role:
@@ -211,13 +303,15 @@ def permissions(
             # cluster): the record's last seq and the latest Discovery, read-only
             pub += js.leader_get(rec, disc)
             pub += js.ordered(stat)
-            pub += js.durable(rec, f"{supervisor_durable}-record")
-            pub += js.durable(disc, f"{supervisor_durable}-discovery")
-            pub += js.durable(work, f"{supervisor_durable}-work")
+            for (stream, name), owner in owned.items():
+                if owner is Role.SUPERVISOR:
+                    pub += js.durable(stream, name)
         case Role.NOTIFIER:
             pub.append(layout.record_writer_filter(WriterKind.NOTIFIER))
             pub += js.direct_get(rec)
-            pub += js.durable(rec, notifier_durable)
+            for (stream, name), owner in owned.items():
+                if owner is Role.NOTIFIER:
+                    pub += js.durable(stream, name)
         case Role.OBSERVER:
             pub += [
                 f"{layout.latest_prefix(StreamKind.DISCOVERY)}.{identity.cluster}.*",
@@ -238,7 +332,15 @@ def permissions(
             ]
         case _:
             assert_never(identity.role)
-    return Permissions(publish=tuple(dict.fromkeys(pub)), subscribe=tuple(sub))
+    deny = js.legacy_ephemeral(*(layout.stream(kind) for kind in StreamKind))
+    for (stream, name), owner in owned.items():
+        if owner is not identity.role:
+            deny += js.foreign_durable(stream, name)
+    return Permissions(
+        publish=tuple(dict.fromkeys(pub)),
+        subscribe=tuple(sub),
+        deny_publish=tuple(dict.fromkeys(deny)),
+    )
 
 
 class _JetStream:
@@ -267,13 +369,33 @@ class _JetStream:
         return [f"{self._p}.STREAM.MSG.GET.{s}" for s in streams]
 
     def ordered(self, *streams: str) -> list[str]:
-        """nats-py's ordered consumer: an unnamed ephemeral consumer created (and re-created
-        after a gap) on ``CONSUMER.CREATE.<stream>``, pushing to the identity's inbox, with
-        flow-control replies to ``$JS.FC.<stream>.>``."""
+        """An ordered feed (dispatch_nats._feed): an ephemeral consumer created (and
+        re-created after a gap) under a fresh name on ``CONSUMER.CREATE.<stream>.<name>``
+        (and the filtered ``.<name>.<filter>``), pushing to the identity's inbox, with
+        flow-control replies to ``$JS.FC.<stream>.>``. Other identities' durables are denied
+        apart (:meth:`foreign_durable`)."""
         out = []
         for s in streams:
-            out += [f"{self._p}.CONSUMER.CREATE.{s}", f"$JS.FC.{s}.>"]
+            out += [
+                f"{self._p}.CONSUMER.CREATE.{s}.*",
+                f"{self._p}.CONSUMER.CREATE.{s}.*.>",
+                f"$JS.FC.{s}.>",
+            ]
         return out
+
+    def legacy_ephemeral(self, *streams: str) -> list[str]:
+        """The nameless create subject, whose body may name (and so update) any consumer."""
+        return [f"{self._p}.CONSUMER.CREATE.{s}" for s in streams]
+
+    def foreign_durable(self, stream: str, name: str) -> list[str]:
+        """Every subject that creates, updates or deletes durable ``name`` of ``stream``."""
+        c = f"{stream}.{name}"
+        return [
+            f"{self._p}.CONSUMER.CREATE.{c}",
+            f"{self._p}.CONSUMER.CREATE.{c}.>",
+            f"{self._p}.CONSUMER.DURABLE.CREATE.{c}",
+            f"{self._p}.CONSUMER.DELETE.{c}",
+        ]
 
     def durable(self, stream: str, name: str) -> list[str]:
         """A shared durable pull consumer: create (also the filtered form nats-py sends),

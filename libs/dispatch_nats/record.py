@@ -68,7 +68,7 @@ from dispatch_nats.errors import (
 )
 from dispatch_nats.shared import SharedFeed
 
-__all__ = ["MAX_BATCH", "RecordChange", "RecordEntry", "RecordFeed", "RecordStore"]
+__all__ = ["MAX_BATCH", "Appended", "RecordChange", "RecordEntry", "RecordFeed", "RecordStore"]
 
 log = logging.getLogger("dispatch_nats.record")
 
@@ -90,6 +90,18 @@ _BATCH_COMMIT: Final = "Nats-Batch-Commit"
 _STALE_READ_RETRIES: Final = 3
 _NO_STREAM_BACKOFF: Final = Backoff(base_s=0.25, max_s=2.0, jitter=0.0)
 """Pauses between appends that no stream answered (a stream leader being elected)."""
+_STALE_BACKOFF: Final = Backoff(base_s=0.05, max_s=0.25, jitter=0.0)
+"""Pauses before reading again from a replica still behind the stream's leader."""
+
+
+class Appended(NamedTuple):
+    """The outcome of one append (`RecordStore.append_outcome`)."""
+
+    seq: int
+    """The event's stream seq."""
+    fresh: bool
+    """Stored by this request just now, on `expected_last_seq` (so nothing lies between);
+    False when an earlier copy with the same msg id was found instead."""
 
 
 class RecordEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -221,6 +233,16 @@ class RecordStore:
     async def append(
         self, job_id: str, payload: bytes, *, expected_last_seq: int, msg_id: str
     ) -> int:
+        """Append one event if the job's last seq is still `expected_last_seq`; return its
+        seq (`append_outcome` without the ``fresh`` flag, which says the same errors)."""
+        outcome = await self.append_outcome(
+            job_id, payload, expected_last_seq=expected_last_seq, msg_id=msg_id
+        )
+        return outcome.seq
+
+    async def append_outcome(
+        self, job_id: str, payload: bytes, *, expected_last_seq: int, msg_id: str
+    ) -> Appended:
         """Append one event to the job's record if its last seq is still `expected_last_seq`.
 
         Args:
@@ -232,7 +254,10 @@ class RecordStore:
                 the same msg id on a retry means the same event.
 
         Returns:
-            The event's stream seq; for a retry whose earlier try was stored, that try's seq.
+            The event's stream seq, and whether this request stored it just now (``fresh``);
+            for a retry whose earlier try was stored, or an event another writer stored under
+            the same msg id (JetStream's deduplication), that event's seq and not fresh:
+            other events of the job may then lie between `expected_last_seq` and it.
 
         Raises:
             ConcurrencyConflict: another event was appended after `expected_last_seq` (and it
@@ -265,7 +290,7 @@ class RecordStore:
                 unknown = True
                 found = await self._after_timeout(job_id, expected_last_seq, [msg_id])
                 if found is not None:
-                    return found[msg_id]
+                    return Appended(found[msg_id], fresh=False)
                 continue
             except NoResponders:
                 await self._no_stream(job_id, subject, attempt, unknown, msg_id, expected_last_seq)
@@ -274,9 +299,10 @@ class RecordStore:
             if ack.error is None:
                 if ack.duplicate:
                     await self._check_duplicate(job_id, subject, msg_id, ack.seq)
-                return ack.seq
+                return Appended(ack.seq, fresh=not ack.duplicate)
             if ack.error.err_code == _ERR_WRONG_LAST_SEQ:
-                return (await self._resolve_conflict(job_id, expected_last_seq, ack, [msg_id]))[0]
+                [seq] = await self._resolve_conflict(job_id, expected_last_seq, ack, [msg_id])
+                return Appended(seq, fresh=False)
             if ack.error.err_code == _ERR_WRONG_LAST_SEQ_IN_FLIGHT:
                 await self._in_flight(job_id, attempt)
                 continue
@@ -499,7 +525,7 @@ class RecordStore:
             found, last_seen = await self._scan(job_id, after, msg_ids)
             if len(found) == len(msg_ids) or through is None or last_seen >= through:
                 break
-            await asyncio.sleep(0.02 * (attempt + 1))
+            await asyncio.sleep(_STALE_BACKOFF.delay(attempt + 1, 0.0))
         return found
 
     async def _scan(
@@ -574,7 +600,7 @@ class RecordStore:
                 "record.read.stale",
                 extra={"job_id": job_id, "reached": reached, "leader": through, "try": attempt},
             )
-            await asyncio.sleep(0.05 * (attempt + 1))
+            await asyncio.sleep(_STALE_BACKOFF.delay(attempt + 1, 0.0))
         raise StaleRead(what, through, reached)
 
     async def leader_last_seq(self, job_id: str) -> int:

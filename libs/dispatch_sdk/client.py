@@ -146,7 +146,9 @@ class Client:
 
         Raises:
             Unreachable: the stream can't be opened, or is lost more than three times in a row.
-            ApiError: the API refused it (401, 404).
+            ApiError: the API refused it (401, 404), or the job's record can't be read (422
+                ``record-unreadable``: the stream says so as an event and ends; resuming
+                would only get it again).
         """
         last_id: str | None = None
         losses = 0
@@ -155,6 +157,8 @@ class Client:
                 for message in self._api.stream(
                     job_id, last_event_id=last_id, read_timeout_s=read_timeout_s
                 ):
+                    if message.event == "error":
+                        raise self._api.stream_error(message)
                     if message.event != "status":
                         continue
                     status = _decode_status(job_id, message.data)

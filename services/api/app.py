@@ -35,6 +35,7 @@ from services.api.metrics import ApiMetrics
 from services.api.openapi import IDEMPOTENCY_KEY_PATTERN, build_openapi
 from services.api.operations import MAX_SEQ, Operations
 from services.api.schemas import COMMAND_REQUESTS, ErrorBody, ErrorDetail
+from services.api.web import mount as mount_web
 from services.common.http import health_app
 
 __all__ = ["make_app"]
@@ -294,20 +295,22 @@ async def _serve_stream(
 ) -> None:
     ops = request.app[_OPS]
     metrics = request.app[_METRICS]
-    if last_id is None and queue.empty():
+    # Where the job stands now, read before anything is streamed: a record that can't be
+    # read is said at once, even when a Status was published (that one is stale: the
+    # supervisor leaves such a job alone, so nothing newer would ever come).
+    try:
+        status, source = await ops.status(job_id)
+    except UnreadableRecord as err:
+        # The answer is already under way (200, event stream): say it as an event.
+        detail = ErrorDetail(code=err.code, message=err.message, job_id=err.job_id, seq=err.seq)
+        await response.write(b"event: error\ndata: " + encode(ErrorBody(error=detail)))
+        await response.write(b"\n\n")
+        return
+    if last_id is None and queue.empty() and source == "api":
         # Nothing published yet (or not yet delivered): say where the job stands now. The
         # watch started first, so no later change is missed.
-        try:
-            status, source = await ops.status(job_id)
-        except UnreadableRecord as err:
-            # The answer is already under way (200, event stream): say it as an event.
-            detail = ErrorDetail(code=err.code, message=err.message, job_id=err.job_id, seq=err.seq)
-            await response.write(b"event: error\ndata: " + encode(ErrorBody(error=detail)))
-            await response.write(b"\n\n")
-            return
-        if source == "api":
-            await response.write(_sse(encode(status), None))
-            metrics.sse_events.inc()
+        await response.write(_sse(encode(status), None))
+        metrics.sse_events.inc()
     while True:
         transport = request.transport
         if transport is None or transport.is_closing():
@@ -380,4 +383,5 @@ def make_app(
     app.router.add_get("/v1/jobs/{job}/stream", _stream)
     for command in COMMAND_REQUESTS:
         app.router.add_post(f"/v1/jobs/{{job}}/{command}", _command_handler(command))
+    mount_web(app, ops, auth)  # the operator's web page at / (services/api/web)
     return app

@@ -6,6 +6,7 @@ The tokens file is TOML (``.toml``) or JSON (any other name) and lists one entry
     actor = "alice"            # the name recorded with every command she gives
     kind = "human"             # human | service (only a human may abandon)
     sha256 = "5e884898da28..." # hex SHA-256 of the token: the file holds no secret
+    unix_user = "alice"        # optional: her jobs run as this Unix user (Slurm, issue 16)
 
     [[tokens]]
     actor = "ci"
@@ -16,6 +17,12 @@ The tokens file is TOML (``.toml``) or JSON (any other name) and lists one entry
 has exactly one of ``token`` and ``sha256``; ``printf %s "$TOKEN" | sha256sum`` gives the
 digest. An actor may have several tokens. The file is read once at start-up: restart the
 service to change it.
+
+``unix_user`` maps the actor to the Unix user its jobs run as (``spec.owner``; on a Slurm
+cluster whose ``users`` list it, sbatch/scontrol/scancel run as that user). All of an
+actor's tokens must agree on it. An actor with a Unix user may submit only as that user and
+may command only jobs it owns (or that have no owner); an actor without one (an operator, a
+service, ``dispatch up``'s own token) submits jobs without an owner and may command any job.
 
 A request is checked by hashing the presented token and looking the digest up, so no
 comparison runs over the secret itself.
@@ -50,12 +57,15 @@ class TokenEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         kind: ``human`` or ``service``.
         token: the token in clear; or
         sha256: the hex SHA-256 digest of the token (lower or upper case).
+        unix_user: the Unix user the actor's jobs run as (see the module docstring), or
+            ``None``.
     """
 
     actor: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
     kind: ActorKind
     token: Annotated[str, msgspec.Meta(min_length=1)] | None = None
     sha256: str | None = None
+    unix_user: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.][A-Za-z0-9_.-]*$")] | None = None
 
 
 class TokensFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -72,9 +82,14 @@ def hash_token(token: str) -> str:
 class Authenticator:
     """Maps a bearer token to its actor."""
 
-    def __init__(self, actors: Mapping[str, Actor]) -> None:
-        """Use ``actors``: hex SHA-256 digest of a token -> its actor."""
+    def __init__(
+        self, actors: Mapping[str, Actor], unix_users: Mapping[str, str] | None = None
+    ) -> None:
+        """Use ``actors``: hex SHA-256 digest of a token -> its actor; ``unix_users``:
+        actor name -> the Unix user its jobs run as."""
         self._actors = dict(actors)
+        self.unix_users: Mapping[str, str] = dict(unix_users or {})
+        """Actor name -> its Unix user (the tokens file's ``unix_user``)."""
 
     @classmethod
     def from_file(cls, path: str | Path) -> Self:
@@ -107,6 +122,7 @@ class Authenticator:
             ConfigError: as :meth:`from_file`.
         """
         actors: dict[str, Actor] = {}
+        users: dict[str, str | None] = {}
         for i, entry in enumerate(entries):
             where = f"tokens file {source!r}, tokens[{i}] (actor {entry.actor!r})"
             if (entry.token is None) == (entry.sha256 is None):
@@ -121,7 +137,12 @@ class Authenticator:
             if digest in actors:
                 raise ConfigError(f"{where}: the same token is listed twice")
             actors[digest] = Actor(name=entry.actor, kind=entry.kind)
-        return cls(actors)
+            if users.setdefault(entry.actor, entry.unix_user) != entry.unix_user:
+                raise ConfigError(
+                    f"{where}: unix_user {entry.unix_user!r} differs from "
+                    f"{users[entry.actor]!r} of the actor's other token"
+                )
+        return cls(actors, {name: user for name, user in users.items() if user})
 
     def __len__(self) -> int:
         """Return the number of tokens."""

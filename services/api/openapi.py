@@ -184,7 +184,10 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": _ok(
                         "The jobs; jobs whose record can't be read are listed apart "
-                        "(`unreadable`).",
+                        "(`unreadable`: job, seq of the event at fault, why). Such a job "
+                        "that had a published Status is also listed with that Status, "
+                        "marked `unreadable: true`: it is stale (the supervisor leaves the "
+                        "job alone); its own reads answer 422 `record-unreadable`.",
                         "JobList",
                     ),
                     "400": _error("An unknown state (`field`: `state`)."),
@@ -246,7 +249,11 @@ def _paths() -> dict[str, Any]:
                     "`Last-Event-ID` to skip what it has. Before the supervisor publishes a "
                     "first Status, the API sends one it projected (without an id). Comments "
                     "(`: heartbeat`) keep an idle stream open. The stream runs until the "
-                    "client disconnects or the service stops."
+                    "client disconnects or the service stops. A job whose record can't be "
+                    "read gets, at once, one event `error` whose `data` is the error body "
+                    "(`{error: {code: record-unreadable, message, job_id, seq}}`), and the "
+                    "stream ends: reconnecting gets the same (a person must look at the "
+                    "record; a client should stop, not retry)."
                 ),
                 "parameters": [
                     _JOB_PARAM,

@@ -1,10 +1,12 @@
 """What the API does, without HTTP: submit, operator commands, reads, escalations.
 
-Commands are decided by the core's ``decide`` against the folded record and appended with
-optimistic concurrency (``expected_last_seq`` = the seq folded). A lost race
-(``ConcurrencyConflict``) is never an error: the record is read again from where the fold
-stopped, folded on, and the command decided again (a command that no longer applies is then
-refused, 409). Every event an API request appends has a ``Nats-Msg-Id`` of the form
+Commands are decided by the core's ``decide`` against the folded record and committed
+through ``dispatch_nats.RecordRepository``, which appends with optimistic concurrency
+(``expected_last_seq`` = the seq folded) and, after a lost race, re-loads what is new and
+decides again (a command that no longer applies is then refused, 409; one that keeps losing
+is answered 503); an append whose ack was lost is found by reading its msg ids.
+
+Every event an API request appends has a ``Nats-Msg-Id`` of the form
 ``api-<32 hex>:<i>``; with an ``Idempotency-Key`` the hex part is derived from the actor, the
 job, the command and the key, so a retried request finds its own earlier commit in the
 record (at any age, not only within JetStream's duplicate window) and is answered from it
@@ -12,7 +14,7 @@ record (at any age, not only within JetStream's duplicate window) and is answere
 
 Folded records are cached per job (an LRU of :class:`Job` values and the msg-id bases seen):
 a record is append-only, so a cached fold is a valid prefix and only the events after it are
-read (``fold(new, now, prior=cached)``).
+read (``RecordRepository.load(job, prior=cached)``).
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ import logging
 import secrets
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Final, NamedTuple, TypeVar
 
 import msgspec
 
 from dispatch_backends import ClusterConfig, InvalidOption, check_options
+from dispatch_backends.config import SlurmCluster
 from dispatch_core import Actor as CoreActor
 from dispatch_core import (
     ActorKind,
@@ -44,31 +47,33 @@ from dispatch_core import (
     JobEvent,
     JobSpec,
     MalformedRecord,
-    RecordItem,
+    OperatorCommand,
+    OptionRefused,
     Refused,
     State,
     Status,
     Supersede,
     Superseded,
     WriterKind,
-    WriterRefused,
     decide,
     decode,
-    encode,
-    event_tag,
     fold,
     is_job_id,
     make_plan,
     project,
-    writers_of,
 )
 from dispatch_nats import (
+    Change,
+    Committed,
     ConcurrencyConflict,
     InvalidName,
     LatestFeed,
     LatestStore,
-    RecordEntry,
+    Loaded,
+    RecordRepository,
     RecordStore,
+    StoredEvent,
+    TooManyConflicts,
 )
 from services.api.errors import (
     ApiError,
@@ -98,7 +103,7 @@ from services.api.schemas import (
     decode_body,
     strict_command,
 )
-from services.common.records import record_items
+from services.common.clock import utcnow
 
 __all__ = ["MAX_SEQ", "Operations"]
 
@@ -119,10 +124,6 @@ _OUTCOMES: Final[dict[type[ApiError], str]] = {
     Busy: "busy",
     UnreadableRecord: "unreadable",
 }
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class _Folded(NamedTuple):
@@ -171,29 +172,6 @@ _API: Final = WriterKind.API
 """The writer kind of everything the API appends (its record store's)."""
 
 
-def _events(job_id: str, entries: Iterable[RecordEntry]) -> list[RecordItem]:
-    """Decode the job's entries (see :func:`_reading` for the error)."""
-    with _reading(job_id):
-        return record_items(job_id, entries)
-
-
-def _checked(job_id: str, entries: Iterable[RecordEntry]) -> list[RecordItem]:
-    """Decode the job's entries and refuse one its writer may not write (what ``fold``
-    refuses), without folding: a part of the record (``after``) is checked too.
-
-    Raises:
-        UnreadableRecord: an event does not decode or its writer may not write it.
-    """
-    items = _events(job_id, entries)
-    for seq, event, writer in items:
-        allowed = writers_of(event)
-        if writer not in allowed:
-            kinds = tuple(sorted(str(k) for k in allowed))
-            with _reading(job_id):
-                raise WriterRefused(job_id, seq, event_tag(event), str(writer), kinds)
-    return items
-
-
 @contextlib.contextmanager
 def _reading(job_id: str) -> Iterator[None]:
     """Answer a record that can't be read (an event that does not decode, one its writer may
@@ -212,6 +190,10 @@ def _reading(job_id: str) -> Iterator[None]:
         raise UnreadableRecord(job_id, err.seq, str(err)) from err
 
 
+def _recorded(stored: StoredEvent) -> RecordedEvent:
+    return RecordedEvent(seq=stored.entry.seq, event=stored.event, writer=stored.entry.writer)
+
+
 def _unreadable(err: UnreadableRecord) -> UnreadableJob:
     return UnreadableJob(job_id=err.job_id or "", seq=err.seq or 0, message=err.message)
 
@@ -228,8 +210,10 @@ class Operations:
         declarations: Mapping[str, Declarations],
         metrics: ApiMetrics,
         cluster_configs: Mapping[str, ClusterConfig] | None = None,
-        clock: Callable[[], datetime] = _utcnow,
+        unix_users: Mapping[str, str] | None = None,
+        clock: Callable[[], datetime] = utcnow,
         attempts: int = 16,
+        unknown_for_s: float = 10.0,
         concurrency: int = 32,
         cache_size: int = 4096,
     ) -> None:
@@ -246,17 +230,30 @@ class Operations:
                 ``spec.options`` are checked by its backend
                 (:func:`dispatch_backends.check_options`); a cluster not in it has its
                 options unchecked.
+            unix_users: actor name -> the Unix user its jobs run as (the tokens file's
+                ``unix_user``): a submission's ``spec.owner``, checked against the
+                cluster's ``users``; such an actor may command only the jobs it owns.
             clock: the time of decisions and projections.
             attempts: how many times a command is decided before answering 503 when every
                 append loses a race.
+            unknown_for_s: seconds an append whose ack was lost is resolved (by reading)
+                and sent again before the request fails.
             concurrency: most records read at once by the listings.
             cache_size: most folded records kept in memory.
         """
         self._records = records
+        self._repo = RecordRepository(
+            records,
+            writer=_API,
+            clock=clock,
+            conflict_tries=attempts,
+            unknown_for_s=unknown_for_s,
+        )
         self._statuses = statuses
         self._discoveries = discoveries
         self._declarations = dict(declarations)
         self._cluster_configs = dict(cluster_configs or {})
+        self._unix_users = dict(unix_users or {})
         self._metrics = metrics
         self._clock = clock
         self._attempts = attempts
@@ -280,15 +277,16 @@ class Operations:
         """
         cached = self._cache.get(job_id)
         with _reading(job_id):
-            new = await self._records.read(job_id, after_seq=cached.job.seq if cached else 0)
-            if not new:
-                if cached is not None:
-                    self._cache.move_to_end(job_id)
-                return cached
-            job = fold(_events(job_id, new), self._clock(), prior=cached.job if cached else None)
-        bases = {b for b in (_base_of(e.msg_id) for e in new) if b is not None}
-        folded = _Folded(job, (cached.bases if cached else frozenset()) | bases)
-        return self._remember(folded)
+            loaded = await self._repo.load(job_id, cached.job if cached else None)
+        if loaded is None:
+            return None
+        return self._note(loaded, cached.bases if cached else frozenset())
+
+    def _note(self, loaded: Loaded, known: frozenset[str]) -> _Folded:
+        """Cache a load, with the msg-id bases of the API commits it read added to
+        ``known`` (those of the version it was loaded from)."""
+        bases = {b for b in (_base_of(e.msg_id) for e in loaded.entries) if b is not None}
+        return self._remember(_Folded(loaded.job, known | bases))
 
     def _remember(self, folded: _Folded) -> _Folded:
         job_id = folded.job.job_id
@@ -300,13 +298,6 @@ class Operations:
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return folded
-
-    def _extend(
-        self, folded: _Folded, events: Sequence[tuple[int, JobEvent]], base: str
-    ) -> _Folded:
-        """Fold the events this process just appended (right after ``folded``'s seq)."""
-        job = fold(((s, e, _API) for s, e in events), self._clock(), prior=folded.job)
-        return self._remember(_Folded(job, folded.bases | {base}))
 
     async def _discovery(self, job: Job) -> Discovery | None:
         try:
@@ -387,6 +378,16 @@ class Operations:
         """Follow the job's published Status: its current value, then every change."""
         return self._statuses.watch((job_id,))
 
+    def watch_changes(self) -> LatestFeed:
+        """Follow every job's published Status from now on (changes only, no current values):
+        the web page's live jobs list (services/api/web)."""
+        return self._statuses.watch((), initial=False)
+
+    def declarations_of(self, cluster: str) -> Declarations | None:
+        """The declarations of ``cluster``'s backend, or None for a cluster the API doesn't
+        know (the web page's plan preview makes the plan a submission would get)."""
+        return self._declarations.get(cluster)
+
     async def record(self, job_id: str, after: int = 0) -> RecordResponse:
         """Return the job's events with seq greater than ``after``.
 
@@ -397,21 +398,18 @@ class Operations:
         if not is_job_id(job_id):
             raise NotFound(f"no job {job_id!r}: not a job id")
         with _reading(job_id):
-            entries = await self._records.read(job_id, after_seq=after)
-        if not entries and (after == 0 or not await self._records.last_seq(job_id)):
+            stored = await self._repo.events(job_id, after)
+        if not stored and (after == 0 or not await self._records.last_seq(job_id)):
             raise NotFound(f"no job {job_id!r}")
-        return RecordResponse(
-            job_id=job_id,
-            events=tuple(
-                RecordedEvent(seq=s, event=e, writer=w) for s, e, w in _checked(job_id, entries)
-            ),
-        )
+        return RecordResponse(job_id=job_id, events=tuple(_recorded(s) for s in stored))
 
     async def list_jobs(self, states: frozenset[State] | None = None) -> JobList:
         """List every job, from the latest published Statuses.
 
         A job whose Status hasn't been published yet (just submitted) is folded and projected
-        here, so the listing holds every job with a record.
+        here, so the listing holds every job with a record. A job whose record can't be read
+        is listed under ``unreadable`` (job, seq, why); if it has a published Status, it is
+        listed with it too, marked ``unreadable`` (that Status is stale).
 
         Args:
             states: only jobs in one of these states (None: all).
@@ -427,6 +425,7 @@ class Operations:
             found[status.job_id] = status
         missing = [j for j in ids if j not in found]
         unreadable: list[UnreadableJob] = []
+        stale: set[str] = set()
 
         async def projected(job_id: str) -> Status | None:
             try:
@@ -436,12 +435,25 @@ class Operations:
                 return None
             return None if folded is None else await self._project(folded.job)
 
+        async def still_readable(job_id: str) -> None:
+            # A record ahead of its published Status is read (as `status` does): an event
+            # there that can't be read leaves the Status stale, and the listing says so.
+            if await self._records.last_seq(job_id) <= found[job_id].seq:
+                return
+            try:
+                await self._load(job_id)
+            except UnreadableRecord as err:
+                unreadable.append(_unreadable(err))
+                stale.add(job_id)
+
+        published = [j for j in ids if j in found]
         for status_or_none in await self._bounded(missing, projected):
             if status_or_none is not None:
                 found[status_or_none.job_id] = status_or_none
+        await self._bounded(published, still_readable)
         jobs = (
-            JobSummary.of(s)
-            for _, s in sorted(found.items())
+            JobSummary.of(s, unreadable=job_id in stale)
+            for job_id, s in sorted(found.items())
             if states is None or s.state in states
         )
         return JobList(
@@ -539,6 +551,8 @@ class Operations:
             BadRequest: malformed body, unknown cluster, an option the cluster's backend
                 would refuse at launch (``field`` ``spec.options.<key>``), invalid policy
                 (code ``invalid-policy``); ``field`` names the place.
+            Forbidden: the body asks for an owner other than the actor's Unix user, or
+                the cluster may not run jobs as that user (``field`` ``spec.owner``).
             RefusedCommand: the job id is taken.
             Busy: every attempt lost a race.
         """
@@ -561,7 +575,9 @@ class Operations:
                 check_options(cluster, req.spec.options)
             except InvalidOption as err:
                 raise BadRequest(str(err), field=f"spec.options.{err.key}") from err
+        owner = self._owner(actor, req.spec.owner, cluster)
         raw: dict[str, Any] = msgspec.json.decode(body)
+        raw["spec"]["owner"] = owner
         command = strict_command(
             {
                 "command": "submit",
@@ -582,46 +598,93 @@ class Operations:
         for _ in range(self._attempts):
             job_id = req.job_id or f"{req.name or 'job'}-{_suffix(seed)}"
             base = self._msg_base(actor, job_id, "submit", key)
-            folded = await self._load(job_id)
-            if folded is not None:
-                if base in folded.bases:
-                    entries = await self._records.read(job_id)
-                    return SubmitResponse(
-                        job_id=job_id,
-                        seq=next(e.seq for e in entries if _base_of(e.msg_id) == base),
-                        plan=folded.job.plan,
-                        status=await self._project(folded.job),
-                        replayed=True,
-                    )
-                if req.job_id is None and seed is None:
-                    continue  # a made id that is taken: make another
-            try:
-                events = decide(
-                    None if folded is None else folded.job,
-                    msgspec.structs.replace(command, job_id=job_id),
-                    self._clock(),
+            submit = msgspec.structs.replace(command, job_id=job_id)
+            made_id = req.job_id is None and seed is None
+            folded, done, _ = await self._commit("submit", job_id, base, submit, None, made_id)
+            if not done.events and base not in folded.bases:
+                continue  # a made id that is taken: make another
+            if not done.events:
+                entries = await self._records.read(job_id)
+                return SubmitResponse(
                     job_id=job_id,
+                    seq=next(e.seq for e in entries if _base_of(e.msg_id) == base),
+                    plan=folded.job.plan,
+                    status=await self._project(folded.job),
+                    replayed=True,
                 )
-            except Refused as err:
-                raise RefusedCommand(err.reason) from err
-            created = events[0]
-            try:
-                seq = await self._records.append(
-                    job_id, encode(created), expected_last_seq=0, msg_id=f"{base}:0"
-                )
-            except ConcurrencyConflict:
-                self._metrics.conflicts.labels("submit").inc()
-                continue
-            job = fold([(seq, created, _API)], self._clock())
-            self._remember(_Folded(job, frozenset({base})))
+            seq = done.seqs[0]
             log.info(
                 "job.submitted",
                 extra={"job_id": job_id, "seq": seq, "actor": actor.name},
             )
             return SubmitResponse(
-                job_id=job_id, seq=seq, plan=job.plan, status=await self._project(job)
+                job_id=job_id, seq=seq, plan=folded.job.plan, status=await self._project(folded.job)
             )
         raise Busy("the job id kept being taken by other submissions; try again")
+
+    async def _commit(
+        self,
+        name: str,
+        job_id: str,
+        base: str,
+        command: OperatorCommand,
+        folded: _Folded | None,
+        made_id: bool = False,
+    ) -> tuple[_Folded, Committed, Sequence[JobEvent]]:
+        """Decide ``command`` on the job's record (``folded``, else read) and commit the
+        job's own events (msg ids ``<base>:<i>``), deciding again after each lost race.
+
+        Returns:
+            The job as committed, what was committed, and every event decided (a
+            supersede's also creates another job). Nothing is committed when the record
+            holds this request's earlier commit (a retry), or, with ``made_id``, when the
+            job exists (the made id is taken).
+
+        Raises:
+            RefusedCommand, Busy, UnreadableRecord: as the commands.
+        """
+        current = folded
+        tries = 0
+        made: Sequence[JobEvent] = ()
+
+        async def decided(loaded: Loaded | None) -> list[Change]:
+            nonlocal current, tries, made
+            tries += 1
+            if tries > 1:
+                self._metrics.conflicts.labels(name).inc()
+                log.info("command.conflict", extra={"job_id": job_id, "command": name})
+            if loaded is not None:
+                current = self._note(loaded, current.bases if current else frozenset())
+                if base in current.bases or made_id:
+                    return []  # answered by the record (see Returns)
+            job = loaded and loaded.job
+            refused = None
+            if job is not None and isinstance(command, Supersede):
+                refused = self._refused_option(job.spec)
+            try:
+                made = decide(job, command, self._clock(), job_id=job_id, refused_option=refused)
+            except Refused as err:
+                raise RefusedCommand(err.reason) from err
+            except InvalidPolicy as err:  # a supersede re-makes the plan
+                raise RefusedCommand(str(err)) from err
+            own = [e for e in made if e.job_id == job_id]
+            return [Change(f"{base}:{i}", e) for i, e in enumerate(own)]
+
+        start = None if folded is None else Loaded(folded.job, ())
+        try:
+            with _reading(job_id):
+                done = await self._repo.decide(job_id, decided, loaded=start)
+        except TooManyConflicts as err:
+            raise Busy(
+                f"job {job_id!r}: {name} lost the race to other writers {self._attempts} "
+                "times; try again"
+            ) from err
+        assert done.job is not None
+        if not done.events:
+            assert current is not None
+            return current, done, ()
+        known = current.bases if current is not None else frozenset()
+        return self._remember(_Folded(done.job, known | {base})), done, made
 
     async def command(
         self, actor: CoreActor, job_id: str, command: str, body: bytes, key: str | None
@@ -638,7 +701,8 @@ class Operations:
         Raises:
             NotFound: no such job (or command).
             BadRequest: malformed body; ``field`` names it.
-            Forbidden: a service actor abandoning.
+            Forbidden: a service actor abandoning; an actor with a Unix user commanding
+                another user's job.
             RefusedCommand: the core refused it (the message is its reason).
             Busy: every attempt lost a race to another writer.
         """
@@ -665,81 +729,88 @@ class Operations:
         folded = await self._load(job_id)
         if folded is None:
             raise NotFound(f"no job {job_id!r}")
+        self._check_owner(actor, job_id, name, folded.job.spec.owner)
         if base in folded.bases:
             return await self._replay(job_id, name, base)
         if isinstance(req, SupersedeRequest) and isinstance(command, Supersede):
             if folded.job.superseded_by is not None:
                 await self._complete_supersede(job_id)
-            self._check_superseded_options(folded.job.spec)
             new_id = await self._new_job_id(job_id, req, actor, key)
             command = msgspec.structs.replace(command, new_job_id=new_id)
-        for _ in range(self._attempts):
-            if base in folded.bases:
-                return await self._replay(job_id, name, base)
-            try:
-                events = decide(folded.job, command, self._clock())
-            except Refused as err:
-                raise RefusedCommand(err.reason) from err
-            except InvalidPolicy as err:  # a supersede re-makes the plan
-                raise RefusedCommand(str(err)) from err
-            own = [e for e in events if e.job_id == job_id]
-            created = [e for e in events if isinstance(e, JobCreated) and e.job_id != job_id]
-            msg_ids = [f"{base}:{i}" for i in range(len(own))]
-            try:
-                seqs = await self._records.append_many(
-                    job_id,
-                    [encode(e) for e in own],
-                    expected_last_seq=folded.job.seq,
-                    msg_ids=msg_ids,
-                )
-            except ConcurrencyConflict:
-                self._metrics.conflicts.labels(name).inc()
-                log.info("command.conflict", extra={"job_id": job_id, "command": name})
-                folded = await self._load(job_id) or folded
-                continue
-            committed = list(zip(seqs, own, strict=True))
-            folded = self._extend(folded, committed, base)
-            log.info(
-                "command.committed",
-                extra={"job_id": job_id, "command": name, "actor": actor.name, "seqs": seqs},
-            )
-            new_job_id, plan = None, None
-            if created:
-                new = created[0]
-                await self._create(new, f"{msg_ids[0]}:new")
-                new_job_id, plan = new.job_id, new.plan
-            return CommandResponse(
-                job_id=job_id,
-                command=name,
-                seq=seqs[-1],
-                events=tuple(RecordedEvent(seq=s, event=e, writer=_API) for s, e in committed),
-                status=await self._project(folded.job),
-                new_job_id=new_job_id,
-                plan=plan,
-            )
-        raise Busy(
-            f"job {job_id!r}: {name} lost the race to other writers {self._attempts} times; "
-            "try again"
+        folded, done, made = await self._commit(name, job_id, base, command, folded)
+        if not done.events:
+            return await self._replay(job_id, name, base)
+        log.info(
+            "command.committed",
+            extra={"job_id": job_id, "command": name, "actor": actor.name, "seqs": done.seqs},
+        )
+        new_job_id, plan = None, None
+        created = [e for e in made if isinstance(e, JobCreated) and e.job_id != job_id]
+        if created:
+            new = created[0]
+            await self._create(new, f"{base}:0:new")
+            new_job_id, plan = new.job_id, new.plan
+        return CommandResponse(
+            job_id=job_id,
+            command=name,
+            seq=done.seqs[-1],
+            events=tuple(RecordedEvent(seq=s, event=e, writer=_API) for s, e in done.events),
+            status=await self._project(folded.job),
+            new_job_id=new_job_id,
+            plan=plan,
         )
 
-    def _check_superseded_options(self, spec: JobSpec) -> None:
-        """Refuse to supersede a job whose spec's options its backend now refuses (a job
-        recorded before they were checked at submission): the new job, with the same spec,
-        could only fail at launch.
+    def _owner(self, actor: CoreActor, asked: str, cluster: ClusterConfig | None) -> str:
+        """The ``spec.owner`` of a submission by ``actor`` (issue 16): its Unix user.
 
         Raises:
-            RefusedCommand: naming the option and why.
+            Forbidden: the body asks for another owner than the actor's Unix user, or the
+                cluster's backend may not act for that user (its ``users``).
         """
+        mine = self._unix_users.get(actor.name, "")
+        if asked and asked != mine:
+            mapped = f"Unix user {mine!r}" if mine else "no Unix user"
+            raise Forbidden(
+                f"actor {actor.name!r} may not submit jobs as Unix user {asked!r} "
+                f"(the tokens file maps it to {mapped})",
+                field="spec.owner",
+            )
+        if mine and isinstance(cluster, SlurmCluster):
+            refused = cluster.refuse_owner(mine)
+            if refused is not None:
+                raise Forbidden(
+                    f"cluster {cluster.name!r}: {refused} (actor {actor.name!r})",
+                    field="spec.owner",
+                )
+        return mine
+
+    def _check_owner(self, actor: CoreActor, job_id: str, command: str, owner: str) -> None:
+        """An actor with a Unix user may command only its own jobs (and jobs without an
+        owner); one without may command any job.
+
+        Raises:
+            Forbidden: the job belongs to another Unix user.
+        """
+        mine = self._unix_users.get(actor.name)
+        if mine is not None and owner and owner != mine:
+            raise Forbidden(
+                f"actor {actor.name!r} (Unix user {mine!r}) may not {command} job {job_id!r}: "
+                f"it runs as Unix user {owner!r}"
+            )
+
+    def _refused_option(self, spec: JobSpec) -> OptionRefused | None:
+        """The first option of ``spec`` its backend now refuses (a job recorded before
+        options were checked at submission), for ``decide`` to refuse a supersede with: the
+        new job, with the same spec, could only fail at launch. None: all accepted, or the
+        cluster is not in the clusters file."""
         cluster = self._cluster_configs.get(spec.cluster)
         if cluster is None:
-            return
+            return None
         try:
             check_options(cluster, spec.options)
         except InvalidOption as err:
-            raise RefusedCommand(
-                f"the job's spec.options.{err.key} is invalid: {err.reason}; a superseding "
-                "job keeps the spec, so submit a new job with the option fixed"
-            ) from err
+            return OptionRefused(key=err.key, reason=err.reason)
+        return None
 
     async def _new_job_id(
         self, job_id: str, req: SupersedeRequest, actor: CoreActor, key: str | None
@@ -764,9 +835,7 @@ class Operations:
     async def _create(self, created: JobCreated, msg_id: str) -> int:
         """Append a superseding job's creation to its (new) record; idempotent by msg id."""
         try:
-            seq = await self._records.append(
-                created.job_id, encode(created), expected_last_seq=0, msg_id=msg_id
-            )
+            done = await self._repo.commit(created.job_id, None, [Change(msg_id, created)])
         except ConcurrencyConflict as err:
             log.error(
                 "supersede.new_job_taken",
@@ -777,8 +846,9 @@ class Operations:
                 f"{created.supersedes!r} was being superseded by it; the old job names it as "
                 "its successor: check both records"
             ) from err
-        self._remember(_Folded(fold([(seq, created, _API)], self._clock()), frozenset()))
-        return seq
+        assert done.job is not None
+        self._remember(_Folded(done.job, frozenset()))
+        return done.seqs[0]
 
     async def _complete_supersede(self, job_id: str) -> JobCreated | None:
         """Finish a supersede whose new job's creation was never appended (a crash between
@@ -794,20 +864,19 @@ class Operations:
             The new job's creation, if this appended it.
         """
         with _reading(job_id):
-            entries = await self._records.read(job_id)
-        events = _events(job_id, entries)
-        at = next((i for i, (_, e, _) in enumerate(events) if isinstance(e, Superseded)), None)
+            stored = await self._repo.events(job_id)
+        at = next((i for i, s in enumerate(stored) if isinstance(s.event, Superseded)), None)
         if at is None:
             return None
-        superseded = events[at][1]
+        superseded, entry = stored[at].event, stored[at].entry
         assert isinstance(superseded, Superseded)
         if await self._records.last_seq(superseded.new_job):
             return None
         with _reading(job_id):
-            before = fold(events[:at], self._clock())
+            before = fold([s.item for s in stored[:at]], self._clock())
         redo = Supersede(by=superseded.by, reason=superseded.reason, new_job_id=superseded.new_job)
         created = next(e for e in decide(before, redo, superseded.at) if isinstance(e, JobCreated))
-        msg_id = entries[at].msg_id or f"repair-{job_id}-{entries[at].seq}"
+        msg_id = entry.msg_id or f"repair-{job_id}-{entry.seq}"
         await self._create(created, f"{msg_id}:new")
         log.warning(
             "supersede.completed",
@@ -818,12 +887,8 @@ class Operations:
     async def _replay(self, job_id: str, name: str, base: str) -> CommandResponse:
         """Answer a retried request from the events its first try committed."""
         with _reading(job_id):
-            entries = await self._records.read(job_id)
-        mine = [
-            RecordedEvent(seq=s, event=e, writer=w)
-            for (s, e, w), entry in zip(_events(job_id, entries), entries, strict=True)
-            if _base_of(entry.msg_id) == base
-        ]
+            stored = await self._repo.events(job_id)
+        mine = [_recorded(s) for s in stored if _base_of(s.entry.msg_id) == base]
         new_job_id, plan = None, None
         for rec in mine:
             if isinstance(rec.event, Superseded):

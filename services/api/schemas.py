@@ -289,6 +289,9 @@ class JobSummary(msgspec.Struct, frozen=True, kw_only=True):
     Attributes:
         job_id, state, cause, at, seq, settled, hold, submission, supersedes,
         superseded_by: as in :class:`~dispatch_core.Status`.
+        unreadable: the job's record can't be read past this Status (an event after
+            ``seq`` does not decode, or its writer may not write it): the Status is the
+            last one published before, stale; the listing's ``unreadable`` names the event.
     """
 
     job_id: str
@@ -301,10 +304,11 @@ class JobSummary(msgspec.Struct, frozen=True, kw_only=True):
     submission: int | None
     supersedes: str | None
     superseded_by: str | None
+    unreadable: bool = False
 
     @classmethod
-    def of(cls, status: Status) -> JobSummary:
-        """Return the summary of ``status``."""
+    def of(cls, status: Status, *, unreadable: bool = False) -> JobSummary:
+        """Return the summary of ``status`` (``unreadable``: its record no longer reads)."""
         return cls(
             job_id=status.job_id,
             state=status.state,
@@ -316,6 +320,7 @@ class JobSummary(msgspec.Struct, frozen=True, kw_only=True):
             submission=status.submission,
             supersedes=status.supersedes,
             superseded_by=status.superseded_by,
+            unreadable=unreadable,
         )
 
 

@@ -89,6 +89,7 @@ async def run(
             discoveries=discoveries,
             declarations=declarations,
             cluster_configs=clusters.configs,
+            unix_users=auth.unix_users,
             metrics=metrics,
             attempts=cfg.command_attempts,
             concurrency=cfg.list_concurrency,

@@ -29,6 +29,7 @@ import aiohttp
 import msgspec
 from yarl import URL
 
+from dispatch_core.escalations import escalation_info
 from services.notifier.config import (
     ChannelSpec,
     EmailSpec,
@@ -37,7 +38,7 @@ from services.notifier.config import (
     WebhookSpec,
 )
 from services.notifier.errors import ChannelError
-from services.notifier.routing import Severity
+from services.notifier.routing import HELD_NOTICE, Severity
 
 __all__ = [
     "Channel",
@@ -51,47 +52,9 @@ __all__ = [
 ]
 
 USER_AGENT: Final = "dispatch-notifier/1"
-_HINTS: Final[tuple[tuple[str, str], ...]] = (
-    (
-        "overdue:",
-        "A hold is past its deadline and stays in force. Release an actor's hold; for a "
-        "recovery hold, resubmit, cancel or give up.",
-    ),
-    (
-        "all-unknown:",
-        "A launch's outcome stayed unknown. Look for an object named dj-<job> on the "
-        "scheduler; if there is none, abandon the submission.",
-    ),
-    (
-        "unmatched:",
-        "A launch's outcome stayed unknown. Look for an object named dj-<job> on the "
-        "scheduler; if there is none, abandon the attempt.",
-    ),
-    (
-        "foreign:",
-        "An object named for this job isn't dispatch's. Find out what it is, stop it on the "
-        "scheduler if it shouldn't run, then abandon it in the record.",
-    ),
-    ("admin-held:", "An administrator holds the job's gate. Ask them, or cancel the job."),
-    ("failed:", "The job failed; the outcome is final. To run it again, supersede it."),
-    ("refused:", "The scheduler refused every launch; the job failed. Supersede to retry."),
-    (
-        "cleanup-deadline",
-        "The job has an outcome but hasn't settled. Stop what is still alive on the "
-        "scheduler, or emergency-stop it.",
-    ),
-    (
-        "stop-overdue:",
-        "dispatch asked an object to stop and the scheduler still doesn't show it ended; a "
-        "replacement's gate stays closed meanwhile. Stop it on the scheduler yourself, or "
-        "emergency-stop the job.",
-    ),
-    ("give-up", "Someone gave the job up. Nothing to answer."),
-    (
-        "held:",
-        "The job is held and waits for a person (a notice, not an escalation). A person's "
-        "hold: release it. A recovery hold: resubmit, cancel or give up.",
-    ),
+_HELD_HINT: Final = (
+    "The job is held and waits for a person (a notice, not an escalation). A person's "
+    "hold: release it. A recovery hold: resubmit, cancel or give up."
 )
 
 
@@ -123,10 +86,14 @@ class Notice(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def hint(self) -> str:
         """What a person can do about it (seed 002), or empty."""
-        for prefix, hint in _HINTS:
-            if self.id.startswith(prefix):
-                return hint.replace("<job>", self.job_id)
-        return ""
+        info = escalation_info(self.id)
+        if info is not None:
+            hint = info.advice
+        elif self.id.startswith(f"{HELD_NOTICE}:"):
+            hint = _HELD_HINT
+        else:
+            return ""
+        return hint.replace("<job>", self.job_id)
 
     def headline(self) -> str:
         """One line: severity, job, id, detail."""

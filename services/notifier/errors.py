@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-__all__ = ["ChannelError", "NotifierError", "RecordingFailed"]
+__all__ = ["ChannelError", "NotifierError"]
 
 
 class NotifierError(Exception):
@@ -38,17 +38,3 @@ class ChannelError(NotifierError):
         super().__init__(f"channel {channel!r}: {reason}")
         self.channel, self.reason, self.outcome = channel, reason, outcome
         self.retry_after_s = retry_after_s
-
-
-class RecordingFailed(NotifierError):
-    """Channels accepted an escalation, but its delivery could not be recorded (the record
-    kept changing, or JetStream never answered); the escalation will be tried again."""
-
-    retryable: ClassVar[bool] = True
-
-    def __init__(self, job_id: str, esc_id: str, tries: int) -> None:
-        super().__init__(
-            f"job {job_id!r}: escalation {esc_id!r} was delivered, but recording it failed "
-            f"{tries} times"
-        )
-        self.job_id, self.esc_id, self.tries = job_id, esc_id, tries

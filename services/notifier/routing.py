@@ -1,37 +1,34 @@
 """Which channels an escalation goes to: by id pattern or by severity, first match wins.
 
-An escalation's severity comes from its id (seed 002's prefixes): a job that failed, a
-launch refused every time and a job that won't settle are ``critical``; what waits for a
-person's decision is ``warning``; a give-up, which records a decision already taken, is
-``info``. A routes file may override this per id pattern.
+An escalation's severity comes from its id's kind, as the core's table
+(:data:`dispatch_core.escalations.ESCALATIONS`) says: a job that failed, a launch refused every
+time and a job that won't settle are ``critical``; what waits for a person's decision is
+``warning``; a give-up, which records a decision already taken, is ``info``. A routes file may
+override this per id pattern.
 """
 
 from __future__ import annotations
 
 import fnmatch
-from typing import Final, Literal
+from typing import Final
 
 import msgspec
 
+from dispatch_core.escalations import ESCALATIONS, Severity
+
 __all__ = ["DEFAULT_SEVERITY", "Route", "Router", "Severity", "parse_route"]
 
-Severity = Literal["critical", "warning", "info"]
-SEVERITIES: Final[tuple[Severity, ...]] = ("critical", "warning", "info")
+SEVERITIES: Final[tuple[Severity, ...]] = tuple(Severity)
+
+HELD_NOTICE: Final = "held"
+"""The prefix of the notice (not an escalation) sent when a job is held: ``held:<instance>``."""
 
 DEFAULT_SEVERITY: Final[tuple[tuple[str, Severity], ...]] = (
-    ("failed:*", "critical"),
-    ("refused:*", "critical"),
-    ("cleanup-deadline", "critical"),
-    ("stop-overdue:*", "critical"),
-    ("overdue:*", "warning"),
-    ("all-unknown:*", "warning"),
-    ("unmatched:*", "warning"),
-    ("foreign:*", "warning"),
-    ("admin-held:*", "warning"),
-    ("held:*", "warning"),
-    ("give-up", "info"),
+    *((f"{i.kind}:*" if i.argument else str(i.kind), i.severity) for i in ESCALATIONS.values()),
+    (f"{HELD_NOTICE}:*", Severity.WARNING),
 )
-"""Id glob -> severity, in order; an id that matches none is a ``warning``."""
+"""Id glob -> severity, in order, from the core's escalation table; an id that matches none
+is a ``warning``."""
 
 
 class Route(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,7 +64,7 @@ class Router(msgspec.Struct, frozen=True, kw_only=True):
         for pattern, severity in (*self.severity, *DEFAULT_SEVERITY):
             if fnmatch.fnmatchcase(esc_id, pattern):
                 return severity
-        return "warning"
+        return Severity.WARNING
 
     def channels_for(self, esc_id: str) -> tuple[str, ...]:
         """Return the channels of the first route that matches, else the default ones."""

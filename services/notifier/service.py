@@ -18,13 +18,13 @@ that escalation's unit of work: it stays unacked until the delivery is recorded,
   committed). At start-up, and every ``audit_interval_s``, every job's record is scanned to
   report undelivered escalations in ``/metrics`` (and the count in the log).
 
-Delivering one escalation: fold the job's record; if the record shows it delivered, stop
-(whoever delivered it). Otherwise send it to every channel its route names (channels that
-already accepted it, in this process, are not sent to again), and once all have accepted,
-append ``EscalationDelivered(id, channel=<names, comma-separated>)`` with optimistic
-concurrency and msg-id ``delivered:<job>:<id>``. A lost race re-reads the record: if another
-writer recorded the delivery meanwhile, nothing more is appended; otherwise the fact is
-appended again on the new last seq (a fact stays true whatever was appended meanwhile).
+Delivering one escalation: load the job's record (``dispatch_nats.RecordRepository``); if
+the record shows it delivered, stop (whoever delivered it). Otherwise send it to every
+channel its route names (channels that already accepted it, in this process, are not sent to
+again), and once all have accepted, append ``EscalationDelivered(id, channel=<names,
+comma-separated>)`` as a fact with msg-id ``delivered:<job>:<id>``: the repository re-loads
+after a lost race and appends nothing if another writer recorded the delivery meanwhile, and
+finds out by reading whether an append whose ack was lost was stored.
 
 Delivery is at least once: a crash between a channel accepting and the record showing it
 delivered sends it again. Every notice carries ``<job>:<id>`` as its idempotency key so a
@@ -48,7 +48,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Final
 
@@ -69,26 +69,31 @@ from dispatch_core import (
     MalformedRecord,
     WriterKind,
     decode_event,
-    encode,
-    fold,
+    escalation_delivered,
+    is_redundant,
 )
 from dispatch_core.backoff import Backoff
 from dispatch_nats import (
-    AppendOutcomeUnknown,
-    ConcurrencyConflict,
     Delivery,
     Layout,
     NatsStoreError,
+    RecordRepository,
     RecordStore,
     SharedFeed,
 )
+from services.common.clock import Clock, utcnow
 from services.common.http import health_app, start_http
-from services.common.lifecycle import connect_nats, drain, ensure_streams_until, wait_or_stop
+from services.common.lifecycle import (
+    START_BACKOFF,
+    connect_nats,
+    drain,
+    ensure_streams_until,
+    wait_or_stop,
+)
 from services.common.logs import JobLogger
-from services.common.records import record_items
 from services.notifier.channels import Channel, Notice, build_channel
 from services.notifier.config import NotifierConfig, Setup, build_setup, load_routes_file
-from services.notifier.errors import ChannelError, RecordingFailed
+from services.notifier.errors import ChannelError
 from services.notifier.metrics import NotifierMetrics
 from services.notifier.routing import Router
 
@@ -96,16 +101,9 @@ __all__ = ["Notifier", "Undelivered", "delivered_msg_id", "run"]
 
 log = logging.getLogger("dispatch.notifier")
 
-Clock = Callable[[], datetime]
 Jitter = Callable[[], float]
 
-_RECORD_TRIES: Final = 20  # appends of one delivery fact before giving up for this attempt
 _MISSING_RETRY_S: Final = 0.5  # the escalation isn't in the record read yet (a lagging replica)
-_RECONNECT_S: Final = 1.0  # pause before re-creating the consumer after a store error
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def delivered_msg_id(job_id: str, esc_id: str) -> str:
@@ -193,7 +191,8 @@ class Notifier:
         *,
         cfg: NotifierConfig,
         nc: NATS,
-        store: RecordStore,
+        records: RecordRepository,
+        layout: Layout,
         channels: Mapping[str, Channel],
         router: Router,
         metrics: NotifierMetrics,
@@ -206,7 +205,8 @@ class Notifier:
         Args:
             cfg: the configuration (consumer, retry and link settings).
             nc: the connection the shared consumer uses (the store's).
-            store: the record store.
+            records: the records (a repository appending as the notifier).
+            layout: the streams' names (the shared consumer's stream).
             channels: every channel a route may name, by name.
             router: which channels each escalation goes to.
             metrics: where to count.
@@ -216,7 +216,8 @@ class Notifier:
         """
         self._cfg = cfg
         self._nc = nc
-        self._store = store
+        self._records = records
+        self._layout = layout
         self._channels = channels
         self._router = router
         self._metrics = metrics
@@ -243,6 +244,7 @@ class Notifier:
         slots = asyncio.Semaphore(self._cfg.concurrency)
         handlers: set[asyncio.Task[None]] = set()
         graceful = False
+        pauses = START_BACKOFF.delays(self._jitter)
         try:
             while not stop.is_set():
                 feed = self._store_feed()
@@ -251,14 +253,15 @@ class Notifier:
                 except NatsStoreError as err:
                     self._metrics.errors.labels("store").inc()
                     log.warning("consumer.start_failed", extra={"error": str(err)})
-                    await wait_or_stop(stop, _RECONNECT_S)
+                    await wait_or_stop(stop, next(pauses))
                     continue
+                pauses = START_BACKOFF.delays(self._jitter)
                 ready.set()
                 log.info(
                     "consumer.started",
                     extra={
                         "durable": self._cfg.durable,
-                        "stream": self._store.layout.record_stream,
+                        "stream": self._layout.record_stream,
                     },
                 )
                 try:
@@ -266,7 +269,7 @@ class Notifier:
                 except NatsStoreError as err:
                     self._metrics.errors.labels("store").inc()
                     log.exception("consumer.failed", extra={"error": str(err)})
-                    await wait_or_stop(stop, _RECONNECT_S)
+                    await wait_or_stop(stop, next(pauses))
                 finally:
                     await feed.aclose()
             graceful = True
@@ -300,7 +303,7 @@ class Notifier:
             await wait_or_stop(stop, self._cfg.audit_interval_s)
 
     def _store_feed(self) -> SharedFeed:
-        layout = self._store.layout
+        layout = self._layout
         return SharedFeed(
             self._nc,
             stream=layout.record_stream,
@@ -410,7 +413,7 @@ class Notifier:
             self._metrics.errors.labels("malformed-record").inc()
             delay = self._backoff.max_s
             jlog.error("record.malformed", extra={"error": str(err), "retry_in_s": delay})
-        except (NatsStoreError, RecordingFailed) as err:
+        except NatsStoreError as err:
             self._metrics.errors.labels("store").inc()
             delay = self._backoff.delay(d.num_delivered, self._jitter())
             jlog.warning("escalation.store_error", extra={"error": str(err), "retry_in_s": delay})
@@ -480,14 +483,14 @@ class Notifier:
 
         Raises:
             DispatchError: the record can't be folded.
-            NatsStoreError: reading failed.
-            RecordingFailed: delivered, but the delivery couldn't be recorded.
+            NatsStoreError: reading failed, or delivered but the delivery couldn't be
+                recorded (``TooManyConflicts``, an outcome left unknown).
         """
-        job = await self._fold(job_id)
-        esc = _find(job, esc_id)
+        job = await self._load(job_id)
+        esc = None if job is None else job.escalation(esc_id)
         key = (job_id, esc_id)
-        if esc is None:
-            jlog.warning("escalation.not_in_record", extra={"record_seq": job.seq})
+        if job is None or esc is None:
+            jlog.warning("escalation.not_in_record", extra={"record_seq": job and job.seq})
             return _MISSING_RETRY_S
         if esc.delivered is not None:
             self._done(key)
@@ -543,7 +546,10 @@ class Notifier:
             DispatchError: the record can't be folded.
             NatsStoreError: reading failed.
         """
-        job = await self._fold(job_id)
+        job = await self._load(job_id)
+        if job is None:
+            jlog.warning("held.not_in_record")
+            return _MISSING_RETRY_S
         hold = job.hold
         notice_id = f"held:{instance}"
         key = (job_id, notice_id)
@@ -627,46 +633,32 @@ class Notifier:
         """Append ``EscalationDelivered``; return who recorded it (``self`` or ``other``).
 
         Raises:
-            RecordingFailed: every try lost a race or got no answer.
-            NatsStoreError: a non-retryable store error.
+            NatsStoreError: every try lost a race (``TooManyConflicts``), or the append's
+                outcome stayed unknown.
         """
-        msg_id = delivered_msg_id(job.job_id, esc_id)
-        current = job
-        for _ in range(_RECORD_TRIES):
-            event = EscalationDelivered(
-                job_id=job.job_id, at=self._clock(), id=esc_id, channel=channel
-            )
-            try:
-                seq = await self._store.append(
-                    job.job_id, encode(event), expected_last_seq=current.seq, msg_id=msg_id
-                )
-            except ConcurrencyConflict:
-                current = await self._fold(job.job_id, prior=current)
-                esc = _find(current, esc_id)
-                if esc is not None and esc.delivered is not None:
-                    self._metrics.recorded.labels("other").inc()
-                    return "other"
-                continue
-            except AppendOutcomeUnknown as err:
-                jlog.warning("escalation.record_unknown", extra={"error": str(err)})
-                continue  # the same msg id and expected seq: stored at most once
-            self._metrics.recorded.labels("self").inc()
-            jlog.debug("escalation.recorded", extra={"record_seq": seq})
-            return "self"
-        raise RecordingFailed(job.job_id, esc_id, _RECORD_TRIES)
+        fact = escalation_delivered(job.job_id, esc_id, self._clock(), channel=channel)
+        # The notifier's own msg id, not the fact's key (the supervisor's): a record store
+        # refuses a msg id another writer kind stored (`MsgIdReused`), where a lost race
+        # re-loads and finds the delivery redundant (`delivered_msg_id`).
+        done = await self._records.append_fact(
+            job, delivered_msg_id(job.job_id, esc_id), fact.event, redundant=is_redundant
+        )
+        if done.seq is None:
+            self._metrics.recorded.labels("other").inc()
+            return "other"
+        self._metrics.recorded.labels("self").inc()
+        jlog.debug("escalation.recorded", extra={"record_seq": done.seq})
+        return "self"
 
-    async def _fold(self, job_id: str, prior: Job | None = None) -> Job:
-        """Read the job's record (after ``prior``) and fold it.
+    async def _load(self, job_id: str) -> Job | None:
+        """The job's record, folded (None: no record read yet, e.g. a lagging replica).
 
         Raises:
-            DispatchError: an event can't be decoded or the record can't be folded.
+            MalformedRecord: an event can't be read (naming the job and seq).
             NatsStoreError: the read failed.
         """
-        entries = await self._store.read(job_id, after_seq=prior.seq if prior else 0)
-        events = record_items(job_id, entries)
-        if prior is not None:
-            return fold(events, self._clock(), prior=prior) if events else prior
-        return fold(events, self._clock())
+        loaded = await self._records.load(job_id)
+        return None if loaded is None else loaded.job
 
 
 def _held_detail(job_id: str, hold: Hold) -> str:
@@ -690,20 +682,13 @@ def _held_detail(job_id: str, hold: Hold) -> str:
     )
 
 
-def _find(job: Job, esc_id: str) -> Escalation | None:
-    for esc in job.escalations:
-        if esc.id == esc_id:
-            return esc
-    return None
-
-
 async def run(
     cfg: NotifierConfig,
     stop: asyncio.Event,
     *,
     registry: CollectorRegistry | None = None,
     jitter: Jitter | None = None,
-    clock: Clock = _utcnow,
+    clock: Clock = utcnow,
     plugins: Mapping[str, Channel] | None = None,
     ready: asyncio.Event | None = None,
 ) -> None:
@@ -746,6 +731,7 @@ async def run(
             return
         store = RecordStore(nc, writer=WriterKind.NOTIFIER, layout=layout)
         stack.push_async_callback(store.aclose)
+        records = RecordRepository(store, writer=WriterKind.NOTIFIER, clock=clock)
         session = aiohttp.ClientSession()
         stack.push_async_callback(session.close)
         channels = _channels(setup, session, plugins)
@@ -756,7 +742,8 @@ async def run(
         notifier = Notifier(
             cfg=cfg,
             nc=nc,
-            store=store,
+            records=records,
+            layout=layout,
             channels=channels,
             router=setup.router,
             metrics=metrics,

@@ -30,7 +30,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Final
 
 import msgspec
@@ -42,6 +42,7 @@ from dispatch_backends import Backend, BackendError, Unreachable, close_backend
 from dispatch_backends.config import load_clusters, make_backend, poll_interval_s
 from dispatch_core import Discovery, ObjectRef, ObservedObject, decode, encode, is_job_id
 from dispatch_nats import LatestStore, Layout, NatsStoreError, StreamKind
+from services.common.clock import utcnow
 from services.common.http import health_app, start_http
 from services.common.lifecycle import (
     connect_nats,
@@ -84,10 +85,6 @@ class PollResult(msgspec.Struct, frozen=True, kw_only=True):
     duration_s: float = 0.0
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 class Observer:
     """Polls one backend and publishes each job's Discovery when it changes."""
 
@@ -100,7 +97,7 @@ class Observer:
         layout: Layout,
         metrics: ObserverMetrics,
         poll_interval_s: float,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         """Observe ``backend``'s cluster.
 

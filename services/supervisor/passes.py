@@ -1,22 +1,31 @@
-"""One supervisor pass of one job (docs/runtime.md, "One pass").
+"""One supervisor pass of one job (docs/runtime.md, "One pass"): commit, carry out, append
+facts. Every rule of the pass is the core's (``dispatch_core.supervision``); the record is
+read and written through ``dispatch_nats.RecordRepository`` (its conflict and unknown-outcome
+handling); this module carries out the steps and calls the backend.
 
 1. Read what is new in the record since the cached fold and fold it in (``prior=``); take
    the latest Discovery of the job's cluster.
-2. ``next_steps(job, discovery, declarations, now)``.
-3. **Decisions** (``Commit`` events, and the intents of ``Launch`` and ``Stop``) are appended
-   together, all or none, with ``Nats-Expected-Last-Subject-Sequence`` = the seq the pass
-   planned from. A ``ConcurrencyConflict`` means another writer got there first: re-read,
-   re-fold, re-plan; a stale decision is never carried out.
+2. ``plan_pass(job, discovery, declarations, now, delivers=...)``.
+3. **Decisions** (``PassPlan.decisions``) are appended together, all or none, with
+   ``Nats-Expected-Last-Subject-Sequence`` = the seq the pass planned from
+   (``RecordRepository.decide``). A ``ConcurrencyConflict`` means another writer got there
+   first: the repository re-reads, re-folds and the pass re-plans; a stale decision is never
+   carried out. An append whose ack was lost is resolved by the repository (found in the
+   record, or sent again with the same msg ids) for up to ``store_retry_s``.
 4. **Actions** are carried out after their intent is committed: ``Stop`` (or the emergency
-   stop), ``OpenGate``, ``Launch`` (backend ``start``), ``AskCessation``, ``Deliver``.
-5. **Facts** (what the actions found: ``GateOpened``, ``LaunchRecorded`` / ``Refused`` /
-   ``Unknown``, ``CessationObserved``, ``EscalationDelivered``) are appended with the current
-   last seq, and on a conflict re-read and appended again without re-deciding: a fact stays
-   true whatever was appended meanwhile. A fact the record already holds in another form (a
+   stop), ``OpenGate``, ``Launch`` (backend ``start``, tried again while the scheduler is
+   unreachable for as long as the core's ``StartRetry`` says), ``AskCessation``, ``Deliver``.
+5. **Facts** (the core's ``launch_fact``, ``gate_opened``, ``cessation_observed``,
+   ``escalation_delivered``) are appended (``RecordRepository.append_fact``) with the current
+   last seq, and on a conflict
+   re-read and appended again without re-deciding: a fact stays true whatever was appended
+   meanwhile. A fact the record already holds (``is_redundant``) or holds in another form (a
    launch another replica found in the meantime) is dropped: the record's own ``fold``
    decides, so the record is never made malformed.
-6. The Status is projected and published when it (or the next deadline) changed, with
-   optimistic concurrency on the status subject, never over a Status of a newer record seq.
+6. ``conclude`` says whether another pass is needed, whether the job is settled, and its
+   next deadline. The Status is projected and published when it (or the next deadline)
+   changed, with optimistic concurrency on the status subject, never over a Status of a
+   newer record seq.
 
 **Message ids.** A fact's ``Nats-Msg-Id`` is derived from its step's key, so two writers of
 the same fact store it once. A decision's is the step's key *plus this writer's token*: two
@@ -26,28 +35,25 @@ the bare key, the replica that lost the race would take the winner's launch inte
 own and launch the same attempt a second time. With the token it gets a plain conflict and
 re-plans.
 
-**Escalations (seed 002).** With an in-process ``deliver``, each pass's ``Deliver`` step (the
-escalations the record held, undelivered, when the pass began) is offered after the pass's
-other steps, and ``EscalationDelivered`` is appended for each one ``deliver`` returned for; one
-that raised is offered again after the next pass. When a pass settles the job, the last look
-re-reads the record and offers, once, what is left undelivered and was not offered in this
-pass; a job that is settled when a pass begins gets no more deliveries (seed 002: "once the
-job has settled, Run returns after one attempt"). Without ``deliver`` (the notifier delivers)
-``Deliver`` steps are skipped.
+**Escalations (seed 002).** With an in-process ``deliver``, the pass's ``Deliver`` step is
+offered after its other steps, and ``EscalationDelivered`` is appended for each escalation
+``deliver`` returned for; one that raised is offered again after the next pass. When
+``PassPlan.last_look`` (the pass settled the job), the record is re-read and the core's
+``last_look`` escalations are offered, once. Without ``deliver`` (the notifier delivers) the
+core plans no ``Deliver`` step.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import signal
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Final, TypeVar
+from typing import Final, assert_never
 
 import msgspec
 
@@ -61,47 +67,49 @@ from dispatch_backends import (
     Unreachable,
 )
 from dispatch_core import (
+    AnyStep,
     AskCessation,
-    CessationObserved,
     Commit,
     DecodeError,
     Deliver,
     Discovery,
-    DispatchError,
     EscalationCommitted,
-    EscalationDelivered,
-    GateOpened,
+    Fact,
     Job,
-    JobEvent,
     Launch,
-    LaunchRecorded,
-    LaunchRefused,
-    LaunchUnknown,
     MalformedRecord,
     OpenGate,
-    Pass,
+    PassPlan,
+    Started,
+    StartOutcome,
+    StartRefused,
+    StartRetry,
+    StartUnknown,
+    StartUnreachable,
     Status,
-    Step,
     Stop,
     WriterKind,
+    cessation_observed,
+    conclude,
     decode,
     encode,
-    fold,
-    next_steps,
+    escalation_delivered,
+    gate_opened,
+    is_redundant,
+    last_look,
+    launch_fact,
+    plan_pass,
     project,
-    settled,
 )
-from dispatch_core.backoff import Backoff
+from dispatch_core.escalations import escalation_kind
 from dispatch_nats import (
-    AppendOutcomeUnknown,
+    Change,
     ConcurrencyConflict,
-    JetStreamTemporaryError,
     LatestEntry,
-    StoreUnavailable,
-    StreamNotFound,
+    Loaded,
+    RecordRepository,
 )
 from dispatch_nats.contract import WAKE_AT_HEADER
-from services.common.records import record_items
 from services.supervisor.metrics import SupervisorMetrics
 from services.supervisor.ports import DeliverFn, LatestPort, RecordPort
 
@@ -110,22 +118,15 @@ __all__ = [
     "PassExecutor",
     "PassOutcome",
     "PoisonRecord",
-    "TooManyConflicts",
     "UnknownCluster",
     "step_kind",
 ]
 
 log = logging.getLogger("dispatch.supervisor")
 
-T = TypeVar("T")
-
-_MAX_REPLANS: Final = 20
-_MAX_FACT_TRIES: Final = 20
+_CONFLICT_TRIES: Final = 20
+"""Most lost races of one commit of decisions, or of one fact, before the pass gives up."""
 _MAX_STATUS_TRIES: Final = 5
-_WRITER: Final = WriterKind.SUPERVISOR
-"""The writer kind of everything a pass appends (its record store's)."""
-_STORE_BACKOFF: Final = Backoff(base_s=0.2, max_s=5.0, jitter=0.0)
-"""Pauses between tries of an append whose outcome is unknown or whose stream has no leader."""
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 """Stands in for ``Status.at`` when statuses are compared: a Status that differs only in
 when it was projected is not a change."""
@@ -169,14 +170,6 @@ class UnknownCluster(PassError):
         self.job_id, self.cluster = job_id, cluster
 
 
-class TooManyConflicts(PassError):
-    """Other writers kept extending the record faster than this replica could plan."""
-
-    def __init__(self, job_id: str, tries: int) -> None:
-        super().__init__(f"job {job_id!r}: {tries} conflicting appends in a row; try later")
-        self.job_id = job_id
-
-
 class PassOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """What one pass did.
 
@@ -218,30 +211,13 @@ class _Published(msgspec.Struct, kw_only=True):
     comparable: bytes
 
 
-def step_kind(step: Step) -> str:
+def step_kind(step: AnyStep) -> str:
     """The step's tag (``commit``, ``launch``, ``open-gate``, ``stop``, ...)."""
-    tag = type(step).__struct_config__.tag
-    return str(tag) if tag is not None else type(step).__name__
+    return str(type(step).__struct_config__.tag)
 
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def _decisions(steps: Sequence[Step]) -> list[tuple[str, JobEvent]]:
-    """The events a pass decides, in step order: commits, stop intents, launch intents."""
-    out: list[tuple[str, JobEvent]] = []
-    for step in steps:
-        match step:
-            case Commit():
-                out.append((step.key, step.event))
-            case Stop():
-                out.append((step.key, step.intent))
-            case Launch() if not step.resume:  # a resumed launch's intent is recorded
-                out.append((step.key, step.intent))
-            case _:
-                pass
-    return out
 
 
 class PassExecutor:
@@ -270,7 +246,7 @@ class PassExecutor:
         """Prepare the executor.
 
         Args:
-            records: the record store.
+            records: the record store (appending as the supervisor).
             discoveries: the discovery stream.
             statuses: the status stream.
             backends: the backend of each cluster, by name.
@@ -286,7 +262,14 @@ class PassExecutor:
             crash_after_intent: TEST HOOK: SIGKILL this process right after a launch
                 intent is committed, before the backend is called.
         """
-        self._records = records
+        self._repo = RecordRepository(
+            records,
+            writer=WriterKind.SUPERVISOR,
+            clock=clock,
+            conflict_tries=_CONFLICT_TRIES,
+            unknown_for_s=store_retry_s,
+            on_conflict=lambda what: self._metrics.conflicts.labels(what).inc(),
+        )
         self._discoveries = discoveries
         self._statuses = statuses
         self._backends = dict(backends)
@@ -295,8 +278,7 @@ class PassExecutor:
         self._channel = channel
         self._clock = clock
         self._writer = writer or uuid.uuid4().hex[:12]
-        self._launch_retry_s = launch_retry_s
-        self._store_retry_s = store_retry_s
+        self._start_retry = StartRetry(retry_s=launch_retry_s)
         self._crash_after_intent = crash_after_intent
         self._jobs: dict[str, Job] = {}
         self._published: dict[str, _Published] = {}
@@ -346,45 +328,43 @@ class PassExecutor:
         Raises:
             PoisonRecord: the record can't be decoded or folded.
             UnknownCluster: the job's cluster has no backend here.
-            TooManyConflicts: every re-plan lost a race.
+            dispatch_nats.TooManyConflicts: every re-plan (or a fact's append) lost a race.
             dispatch_nats.NatsStoreError: the store failed (retry later).
         """
         started = time.monotonic()
-        appended = 0
-        for _ in range(_MAX_REPLANS):
-            job = await self._refresh(job_id)
-            if job is None:
-                return PassOutcome(job_id=job_id, found=False)
+        loaded = await self._load(job_id, self._jobs.get(job_id))
+        if loaded is None:
+            return PassOutcome(job_id=job_id, found=False)
+        planned: list[tuple[PassPlan, Backend, Discovery | None]] = []
+
+        async def decide(current: Loaded | None) -> list[Change]:
+            assert current is not None  # the job has a record: a re-load keeps it
+            job = self._jobs[job_id] = current.job
             backend = self._backend(job)
             discovery = await self._discovery(job)
-            now = self._clock()
-            already = settled(job, discovery)
-            plan = next_steps(job, discovery, backend.declarations(), now)
-            if already and all(isinstance(s, Deliver) for s in plan.steps):
-                # Settled when the pass began: supervision of it is over (seed 002, the
-                # last look happened when it settled).
-                plan = Pass(steps=(), wake_at=plan.wake_at, settled=True)
-            planned_seq = job.seq
-            decisions = _decisions(plan.steps)
-            if decisions:
-                try:
-                    await self._commit(job, decisions, now)
-                except ConcurrencyConflict:
-                    self._metrics.conflicts.labels("decision").inc()
-                    log.info(
-                        "supervisor.replan", extra={"job_id": job_id, "planned_seq": planned_seq}
-                    )
-                    continue
-                appended += len(decisions)
-                if self._crash_after_intent and any(
-                    isinstance(s, Launch) and not s.resume for s in plan.steps
-                ):
-                    log.warning("supervisor.crash_after_intent", extra={"job_id": job_id})
-                    logging.shutdown()
-                    os.kill(os.getpid(), signal.SIGKILL)
-            break
-        else:
-            raise TooManyConflicts(job_id, _MAX_REPLANS)
+            declarations = backend.declarations()
+            plan = plan_pass(
+                job, discovery, declarations, self._clock(), delivers=self._deliver is not None
+            )
+            planned.append((plan, backend, discovery))
+            return [Change(f"{d.key}~{self._writer}", d.event) for d in plan.decisions]
+
+        try:
+            done = await self._repo.decide(job_id, decide, loaded=loaded)
+        except MalformedRecord as err:  # a re-load after a lost race found it unreadable
+            raise PoisonRecord(job_id, err) from err
+        plan, backend, discovery = planned[-1]
+        assert done.job is not None
+        self._jobs[job_id] = done.job
+        appended = len(done.events)
+        if (
+            done.events
+            and self._crash_after_intent
+            and any(isinstance(s, Launch) and not s.resume for s in plan.steps)
+        ):
+            log.warning("supervisor.crash_after_intent", extra={"job_id": job_id})
+            logging.shutdown()
+            os.kill(os.getpid(), signal.SIGKILL)
         offered: set[str] = set()
         retry = False
         for step in plan.steps:
@@ -392,8 +372,8 @@ class PassExecutor:
             match step:
                 case Commit():
                     if isinstance(step.event, EscalationCommitted):
-                        kind = step.event.id.split(":", 1)[0]
-                        self._metrics.escalations.labels(kind).inc()
+                        kind = escalation_kind(step.event.id)
+                        self._metrics.escalations.labels(kind or "other").inc()
                 case Stop():
                     retry |= not await self._stop(job_id, backend, step)
                 case OpenGate():
@@ -407,69 +387,49 @@ class PassExecutor:
                     retry |= not ok
                     appended += n
                 case Deliver():
-                    if self._deliver is not None:
-                        offered.update(e.id for e in step.escalations)
-                        appended += await self._offer(job_id, step)
+                    offered.update(e.id for e in step.escalations)
+                    for escalation in step.escalations:
+                        appended += await self._deliver_one(job_id, escalation.id)
                 case _:
-                    log.error(
-                        "supervisor.unknown_step", extra={"job_id": job_id, "step": repr(step)}
-                    )
-        if plan.settled and self._deliver is not None and not already:
-            appended += await self._last_look(job_id, offered)
+                    assert_never(step)
+        if plan.last_look:
+            # Seed 002: the settling pass's last look delivers, once, what the record
+            # holds undelivered and this pass did not offer.
+            looked = await self._load(job_id, self._jobs[job_id])
+            assert looked is not None  # a prior was given
+            self._jobs[job_id] = looked.job
+            for escalation in last_look(looked.job, offered):
+                appended += await self._deliver_one(job_id, escalation.id)
         job = self._jobs[job_id]
-        follow_up = False
-        settled_now, wake_at = plan.settled, plan.wake_at
-        if appended:
-            # Plan again on what this pass appended, with the same Discovery (no I/O): the
-            # next pass is needed only if it would do something (seed 002: an escalation
-            # this pass committed is delivered after the next pass; a refused launch is
-            # retried at once). If not, this plan covers the record as it now is.
-            now = self._clock()
-            again = next_steps(job, discovery, backend.declarations(), now)
-            follow_up = any(self._acts(s) for s in again.steps) and not (
-                settled(job, discovery) and all(isinstance(s, Deliver) for s in again.steps)
-            )
-            settled_now, wake_at = again.settled, again.wake_at
-            if not follow_up:
-                planned_seq = job.seq
-        status = await self._publish_status(job, discovery, wake_at, now)
+        now = self._clock()
+        end = conclude(plan, job, discovery, backend.declarations(), now, appended=appended)
+        status = await self._publish_status(job, discovery, end.wake_at, now)
         self._metrics.pass_duration.observe(time.monotonic() - started)
         return PassOutcome(
             job_id=job_id,
             seq=job.seq,
-            planned_seq=planned_seq,
+            planned_seq=end.covered_seq,
             appended=appended,
-            follow_up=follow_up,
-            settled=settled_now,
-            wake_at=wake_at,
+            follow_up=end.follow_up,
+            settled=end.settled,
+            wake_at=end.wake_at,
             retry=retry,
             status=status,
             steps=len(plan.steps),
         )
 
-    def _acts(self, step: Step) -> bool:
-        """Whether this executor would carry ``step`` out (``Deliver`` only with
-        ``deliver``)."""
-        return self._deliver is not None or not isinstance(step, Deliver)
-
     # -- reading ----------------------------------------------------------------------------
 
-    async def _refresh(self, job_id: str) -> Job | None:
-        """Fold what is new in the job's record into the cache; return the job.
+    async def _load(self, job_id: str, prior: Job | None) -> Loaded | None:
+        """Read what is new in the job's record after ``prior`` and fold it in.
 
         Raises:
             PoisonRecord: an event can't be read (naming the job and seq).
         """
-        prior = self._jobs.get(job_id)
         try:
-            entries = await self._records.read(job_id, 0 if prior is None else prior.seq)
-            if not entries:
-                return prior
-            job = fold(record_items(job_id, entries), self._clock(), prior=prior)
+            return await self._repo.load(job_id, prior)
         except MalformedRecord as err:  # undecodable, refused writer, out of order...
             raise PoisonRecord(job_id, err) from err
-        self._jobs[job_id] = job
-        return job
 
     def _backend(self, job: Job) -> Backend:
         backend = self._backends.get(job.spec.cluster)
@@ -492,103 +452,23 @@ class PassExecutor:
 
     # -- writing ----------------------------------------------------------------------------
 
-    async def _commit(self, job: Job, decisions: list[tuple[str, JobEvent]], now: datetime) -> None:
-        """Append the pass's decisions, all or none, over the version it planned from.
+    async def _fact(self, job_id: str, fact: Fact) -> int:
+        """Append a fact over whatever the record holds now (the repository re-loads after a
+        lost race, and resolves an unknown outcome); return 1 if appended, 0 if the record
+        already held it (``is_redundant``) or something that makes it moot.
 
         Raises:
-            ConcurrencyConflict: another writer extended the record first.
+            PoisonRecord: a re-load found the record unreadable.
+            dispatch_nats.TooManyConflicts: every try lost a race.
         """
-        events = [event for _, event in decisions]
         try:
-            # The planner's events must fold in step order; refuse to write a record
-            # dispatch's own fold would reject.
-            folded = fold(
-                ((job.seq + i + 1, e, _WRITER) for i, e in enumerate(events)), now, prior=job
+            done = await self._repo.append_fact(
+                self._jobs[job_id], fact.key, fact.event, redundant=is_redundant
             )
-        except DispatchError:
-            log.exception("supervisor.malformed_decisions", extra={"job_id": job.job_id})
-            raise
-        payloads = [encode(e) for e in events]
-        msg_ids = [f"{key}~{self._writer}" for key, _ in decisions]
-        seqs = await self._until_known(
-            job.job_id,
-            lambda: self._records.append_many(
-                job.job_id, payloads, expected_last_seq=job.seq, msg_ids=msg_ids
-            ),
-        )
-        # A Job holds no seq but its last one: the fold above, with the stored last seq.
-        self._jobs[job.job_id] = msgspec.structs.replace(folded, seq=seqs[-1])
-
-    async def _fact(self, job_id: str, key: str, event: JobEvent) -> int:
-        """Append a fact over whatever the record holds now; return 1 if appended, 0 if the
-        record already held it (or something that makes it moot)."""
-        for _ in range(_MAX_FACT_TRIES):
-            job = self._jobs[job_id]
-            if _redundant(job, event):
-                return 0
-            try:
-                folded = fold(((job.seq + 1, event, _WRITER),), event.at, prior=job)
-            except MalformedRecord as err:
-                log.info(
-                    "supervisor.fact_moot",
-                    extra={"job_id": job_id, "fact": type(event).__name__, "why": str(err)},
-                )
-                return 0
-            payload = encode(event)
-            try:
-                append = functools.partial(
-                    self._records.append, job_id, payload, expected_last_seq=job.seq, msg_id=key
-                )
-                seq = await self._until_known(job_id, append)
-            except ConcurrencyConflict:
-                self._metrics.conflicts.labels("fact").inc()
-                await self._refresh(job_id)
-                continue
-            current = self._jobs[job_id]
-            if seq > current.seq:
-                if current is job:
-                    self._jobs[job_id] = msgspec.structs.replace(folded, seq=seq)
-                else:
-                    self._jobs[job_id] = fold(((seq, event, _WRITER),), event.at, prior=current)
-                return 1
-            await self._refresh(job_id)  # stored before (same msg id): it is in the record
-            return 0
-        raise TooManyConflicts(job_id, _MAX_FACT_TRIES)
-
-    async def _until_known(self, job_id: str, append: Callable[[], Awaitable[T]]) -> T:
-        """Run ``append`` again while its outcome is unknown (JetStream silent, or the
-        connection down), for up to ``store_retry_s``: with the same msg ids it is stored at
-        most once, and the store finds an earlier try that was. A decision must not be left
-        unknown when a retry can tell (an intent stored but believed lost is a launch never
-        made, escalated only after the unresolved age), nor a fact lost once its action was
-        carried out.
-
-        Raises:
-            AppendOutcomeUnknown, StoreUnavailable, StreamNotFound, JetStreamTemporaryError:
-                still failing after ``store_retry_s``.
-            ConcurrencyConflict: another writer extended the record first.
-        """
-        deadline = time.monotonic() + self._store_retry_s
-        delays = _STORE_BACKOFF.delays()
-        while True:
-            try:
-                return await append()
-            except (
-                AppendOutcomeUnknown,
-                StoreUnavailable,
-                StreamNotFound,
-                JetStreamTemporaryError,
-            ) as err:
-                # No answer, no stream leader (an election lasts seconds), or JetStream
-                # "temporarily unavailable": the same append, sent again, is stored once.
-                delay = next(delays)
-                if time.monotonic() + delay > deadline:
-                    raise
-                log.warning(
-                    "supervisor.append_unknown",
-                    extra={"job_id": job_id, "error": str(err), "retry_in_s": delay},
-                )
-                await asyncio.sleep(delay)
+        except MalformedRecord as err:
+            raise PoisonRecord(job_id, err) from err
+        self._jobs[job_id] = done.job
+        return 0 if done.seq is None else 1
 
     # -- actions ----------------------------------------------------------------------------
 
@@ -629,67 +509,45 @@ class PassExecutor:
             )
             return True, 0
         log.debug("supervisor.gate_opened", extra={"job_id": job_id, "ref": str(step.ref)})
-        fact = GateOpened(job_id=job_id, at=self._clock(), ref=step.ref)
-        return True, await self._fact(job_id, f"{step.key}:opened", fact)
+        return True, await self._fact(job_id, gate_opened(step, job_id, self._clock()))
 
     async def _launch(self, job_id: str, backend: Backend, step: Launch) -> int:
-        n, a = step.submission, step.attempt
-        deadline = time.monotonic() + self._launch_retry_s
-        delay = 0.25
-        fact: JobEvent
+        started = time.monotonic()
+        tries, attempt = 0, f"{step.submission}/{step.attempt}"
+        outcome: StartOutcome
         while True:
             try:
-                ref = await backend.start(step)
+                outcome = Started(ref=await backend.start(step))
             except Unreachable as err:
                 # Nothing was created (the Protocol's promise): the same start may be tried
-                # again, for a while, before the outcome is left to a person.
-                if time.monotonic() + delay < deadline:
+                # again, for as long as the core's unknown-launch policy says.
+                tries += 1
+                delay = self._start_retry.delay(tries, time.monotonic() - started)
+                if delay is not None:
                     log.warning(
                         "supervisor.launch_unreachable",
-                        extra={"job_id": job_id, "attempt": f"{n}/{a}", "error": str(err)},
+                        extra={"job_id": job_id, "attempt": attempt, "error": str(err)},
                     )
                     await asyncio.sleep(delay)
-                    delay = min(delay * 2, 5.0)
                     continue
-                detail = f"scheduler unreachable for {self._launch_retry_s:g} s: {err.detail}"
-                fact = LaunchUnknown(
-                    job_id=job_id, at=self._clock(), submission=n, attempt=a, detail=detail
-                )
-                outcome = "unknown"
+                outcome = StartUnreachable(detail=err.detail)
             except LaunchRefusedError as err:
-                fact = LaunchRefused(
-                    job_id=job_id, at=self._clock(), submission=n, attempt=a, detail=err.detail
-                )
-                outcome = "refused"
+                outcome = StartRefused(detail=err.detail)
             except LaunchUnknownError as err:
-                fact = LaunchUnknown(
-                    job_id=job_id, at=self._clock(), submission=n, attempt=a, detail=err.detail
-                )
-                outcome = "unknown"
+                outcome = StartUnknown(detail=err.detail)
             except Exception as err:
                 # Whatever went wrong, an object may exist: the outcome is unknown, never
                 # assumed failed (DESIGN.md section 5).
                 log.exception("supervisor.launch_crashed", extra={"job_id": job_id})
-                fact = LaunchUnknown(
-                    job_id=job_id,
-                    at=self._clock(),
-                    submission=n,
-                    attempt=a,
-                    detail=f"{type(err).__name__}: {err}",
-                )
-                outcome = "unknown"
-            else:
-                fact = LaunchRecorded(
-                    job_id=job_id, at=self._clock(), submission=n, attempt=a, ref=ref
-                )
-                outcome = "recorded"
+                outcome = StartUnknown(detail=f"{type(err).__name__}: {err}")
             break
-        self._metrics.launches.labels(outcome).inc()
+        word, fact = launch_fact(step, outcome, self._clock(), retry=self._start_retry)
+        self._metrics.launches.labels(word).inc()
         log.info(
             "supervisor.launched",
-            extra={"job_id": job_id, "attempt": f"{n}/{a}", "outcome": outcome},
+            extra={"job_id": job_id, "attempt": attempt, "outcome": word},
         )
-        return await self._fact(job_id, f"{step.key}:{outcome}", fact)
+        return await self._fact(job_id, fact)
 
     async def _ask_cessation(
         self, job_id: str, default: Backend, step: AskCessation
@@ -705,31 +563,10 @@ class PassExecutor:
                 extra={"job_id": job_id, "ref": str(step.ref), "error": str(err)},
             )
             return False, 0
-        fact = CessationObserved(
-            job_id=job_id,
-            at=self._clock(),
-            ref=step.ref,
-            ceased=answer.ceased,
-            detail=answer.detail,
+        fact = cessation_observed(
+            step, job_id, self._clock(), ceased=answer.ceased, detail=answer.detail
         )
-        return True, await self._fact(job_id, f"{step.key}:answer", fact)
-
-    async def _offer(self, job_id: str, step: Deliver) -> int:
-        appended = 0
-        for escalation in step.escalations:
-            appended += await self._deliver_one(job_id, escalation.id)
-        return appended
-
-    async def _last_look(self, job_id: str, offered: set[str]) -> int:
-        """Seed 002: "when that pass settled the job, the supervisor's last look, which finds
-        the record settled, delivers it before Run returns" (once)."""
-        job = await self._refresh(job_id)
-        assert job is not None
-        appended = 0
-        for escalation in job.escalations:
-            if escalation.delivered is None and escalation.id not in offered:
-                appended += await self._deliver_one(job_id, escalation.id)
-        return appended
+        return True, await self._fact(job_id, fact)
 
     async def _deliver_one(self, job_id: str, escalation_id: str) -> int:
         assert self._deliver is not None
@@ -746,10 +583,8 @@ class PassExecutor:
             )
             return 0
         self._metrics.delivered.labels("ok").inc()
-        fact = EscalationDelivered(
-            job_id=job_id, at=self._clock(), id=escalation_id, channel=self._channel
-        )
-        return await self._fact(job_id, f"{job_id}:delivered:{escalation_id}", fact)
+        fact = escalation_delivered(job_id, escalation_id, self._clock(), channel=self._channel)
+        return await self._fact(job_id, fact)
 
     # -- status -----------------------------------------------------------------------------
 
@@ -798,16 +633,3 @@ class PassExecutor:
 
 def _comparable(status: Status, wake_at: str | None) -> bytes:
     return encode(msgspec.structs.replace(status, at=_EPOCH)) + b"|" + (wake_at or "").encode()
-
-
-def _redundant(job: Job, event: JobEvent) -> bool:
-    """Whether the record already holds what ``event`` says (another writer appended it)."""
-    match event:
-        case GateOpened():
-            obj = job.object(event.ref)
-            return obj is not None and obj.gate_opened_at is not None
-        case EscalationDelivered():
-            esc = job.escalation(event.id)
-            return esc is not None and esc.delivered is not None
-        case _:
-            return False

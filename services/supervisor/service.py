@@ -32,7 +32,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Final, Literal
 
 from nats.aio.client import Client as NATS
@@ -64,6 +64,7 @@ from dispatch_nats import (
     StreamKind,
 )
 from dispatch_nats.contract import MSG_ID_HEADER, WAKE_AT_HEADER
+from services.common.clock import utcnow
 from services.common.http import health_app, start_http
 from services.common.lifecycle import (
     START_BACKOFF,
@@ -98,10 +99,6 @@ _MAX_ROUNDS: Final = 50
 _PUBLISH_CONCURRENCY: Final = 64
 _MAX_ACK_PENDING: Final = 20_000
 """Most messages of one consumer delivered and not yet acked, over all replicas."""
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def load_deliver(spec: str) -> DeliverFn | None:
@@ -168,7 +165,7 @@ class Deadlines:
         self,
         publish: Callable[[str, str], Awaitable[bool]],
         *,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         """``publish(job_id, msg_id)`` sends a pass request; it returns False on failure."""
         self._publish = publish
@@ -266,7 +263,7 @@ class Scheduler:
         metrics: SupervisorMetrics,
         max_concurrent: int,
         retry_s: float,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         """Prepare; :meth:`run` starts it."""
         self._executor = executor
@@ -456,7 +453,7 @@ class Replica:
         metrics: SupervisorMetrics,
         cfg: SupervisorConfig,
         deliver: DeliverFn | None,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         """Prepare the replica (:meth:`open` connects its stores)."""
         self._nc = nc
@@ -814,7 +811,7 @@ class Supervisor:
         deliver: DeliverFn | None = None,
         channel: str = "in-process",
         registry: CollectorRegistry | None = None,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = utcnow,
         retry_s: float = 5.0,
         launch_retry_s: float = 30.0,
         store_timeout_s: float = 5.0,

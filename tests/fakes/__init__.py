@@ -1,8 +1,8 @@
 """Test doubles for parts that cannot run on the project's machines.
 
-* ``kube_apiserver``: TEST DOUBLE of the Kubernetes API server (aiohttp, real HTTP), with
-  ``kube_store`` (registry rules), ``kube_schema`` (CRD structural schema), ``kube_patch`` and
-  ``kube_selectors``.
-* ``kube_controller``: scripted cluster simulator (Trainer, JobSet, Job, Kueue, kubelet).
-* ``pytest_kube``: fixtures ``kube_server``, ``kube_api_client``, ``kube_cluster``.
+* ``kube_controller``: TEST DOUBLE, the scripted cluster simulator (Trainer, JobSet, Job, Kueue,
+  scheduler, kubelet controllers), writing through the lane's real kube-apiserver.
+* ``kube_schema``: the CRD structural schema with CEL rules and strict unknown fields, what the
+  lane's kube-apiserver 1.20 can't check (unit tests against the unchanged Trainer CRD).
+* ``kube_patch``: RFC 6902 JSON patch, applied in unit tests to the gate's patches.
 """

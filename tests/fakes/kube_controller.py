@@ -1,9 +1,10 @@
 """TEST DOUBLE: a scripted cluster simulator that writes the statuses Kubernetes controllers would.
 
 It stands in for the Trainer, JobSet, Job (kube-controller-manager), Kueue, scheduler, taint
-manager and kubelet controllers, writing through the fake API server's store
-(:class:`tests.fakes.kube_store.Store`), so every change reaches watches as a real one would. It is
-kept apart from the API server fake so that a test states each scenario step explicitly.
+manager and kubelet controllers, writing through the real kube-apiserver of the lane
+(:class:`tests.servers.kube_store_api.ApiStore`: real resourceVersions, status subresources and
+watches), so every change reaches the backend's watches as a real one would. A test states each
+scenario step explicitly.
 
 Two kinds of behaviour:
 
@@ -38,19 +39,20 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, Self
 
-from tests.fakes.kube_store import (
+from tests.servers.kube_resources import (
     JOBS,
     JOBSETS,
     NODES,
     PODS,
     TRAINJOBS,
     WORKLOADS,
+    AdmissionDenied,
     ApiError,
     JsonObject,
     ResourceType,
-    Store,
     format_time,
 )
+from tests.servers.kube_store_api import ApiStore
 
 __all__ = ["ADMISSION_GATED_BY", "QUEUE_NAME_LABEL", "ClusterSimulator", "train_job_body"]
 
@@ -95,21 +97,22 @@ def _owned_by(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
 
 
 class ClusterSimulator:
-    """Scripted controllers over a fake API server's store (see the module docstring)."""
+    """Scripted controllers writing through the lane's server (see the module docstring)."""
 
     def __init__(
         self,
-        store: Store,
+        store: ApiStore,
         *,
         nodes: Sequence[str] = ("node-a", "node-b", "node-c", "node-d"),
         trainer_version: TrainerVersion = "v2.3.0",
         max_restarts: int | None = None,
         kueue_admission_gated_by: bool = True,
     ) -> None:
-        """Create the simulator and its Ready nodes, and install Kueue's admission rules.
+        """Create the simulator and its Ready nodes (Kueue's admission webhooks are
+        :meth:`kueue_webhook`, for a test that registers it on the server).
 
         Args:
-            store: the fake API server's store.
+            store: the lane's server, as the admin, in one namespace.
             nodes: names of the Ready nodes to create.
             trainer_version: ``v2.3.0`` reproduces the release's clearing of ``Failed`` when the
                 JobSet is gone (facts B1, kubeflow/trainer #3779); ``main`` has fix #3891.
@@ -130,8 +133,6 @@ class ClusterSimulator:
         self._thread: threading.Thread | None = None
         self.errors: list[BaseException] = []
         """Exceptions raised by background reconciles (a test should assert it stays empty)."""
-        store.mutating_hooks.append(self._kueue_webhook_default)
-        store.validating_hooks.append(self._kueue_webhook_validate)
         for name in nodes:
             self.add_node(name)
 
@@ -633,6 +634,21 @@ class ClusterSimulator:
 
     # -- Kueue webhooks -------------------------------------------------------------------------
 
+    def kueue_webhook(
+        self, operation: str, obj: JsonObject, old: JsonObject | None
+    ) -> list[JsonObject]:
+        """Kueue's TrainJob webhooks as one real admission webhook answers
+        (``tests/servers/kube_webhook.py``, CREATE and UPDATE): the validating one's refusal
+        raised as :class:`AdmissionDenied`, the defaulting one's change as a JSON patch."""
+        try:
+            self._kueue_webhook_validate(operation, TRAINJOBS, obj, old)
+        except ApiError as err:
+            raise AdmissionDenied(err.code, err.message) from err
+        after = self._kueue_webhook_default(operation, TRAINJOBS, copy.deepcopy(obj), old)
+        if after.get("spec") == obj.get("spec"):
+            return []
+        return [{"op": "add", "path": "/spec", "value": after["spec"]}]
+
     def _kueue_webhook_default(
         self, op: str, rt: ResourceType, obj: JsonObject, old: JsonObject | None
     ) -> JsonObject:
@@ -985,7 +1001,9 @@ class ClusterSimulator:
                             tj,
                         ),
                     )
-        if new != tj:
+        # An empty status is no change (a TrainJob without one read as {}), and the CRD's
+        # ``status: minProperties: 1`` makes the real server refuse it with a 422.
+        if new != tj and new["status"]:
             self._write_status(TRAINJOBS, new)
 
     # JobSet (facts B2)

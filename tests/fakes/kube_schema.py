@@ -1,4 +1,6 @@
-"""Structural-schema handling of custom resources, as the API server does it (test double).
+"""Structural-schema handling of custom resources, as a recent API server does it (a checker for
+unit tests: what the lane's kube-apiserver 1.20 can't check, CEL rules and ``fieldValidation=
+Strict``, is checked with it against the unchanged Trainer v2.3.0 CRD, :data:`TRAINJOB_SCHEMA`).
 
 For a CRD's served version this module reproduces, in the API server's order:
 
@@ -38,7 +40,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["CrdSchema", "FieldError", "StrictDecodingError"]
+__all__ = ["CRD_DIR", "TRAINJOB_SCHEMA", "CrdSchema", "FieldError", "StrictDecodingError"]
 
 JsonObject = dict[str, Any]
 
@@ -548,3 +550,8 @@ class CrdSchema:
                 continue
             child = _join(path, key) if key in props else f"{path}[{key}]"
             self._validate(item, sub, child, walk, old_map.get(key), key in old_map)
+
+
+CRD_DIR = Path(__file__).resolve().parent.parent / "data" / "kubeflow-crds"
+TRAINJOB_SCHEMA = CrdSchema.load(CRD_DIR / "trainer.kubeflow.org_trainjobs.yaml")
+"""The storage version (v1alpha1) of the unchanged Trainer v2.3.0 TrainJob CRD."""

@@ -164,6 +164,11 @@ class KubeApiServer:
         return self.work_dir / "certs" / "apiserver.crt"
 
     @property
+    def key_file(self) -> Path:
+        """The serving certificate's private key (the lane's proxy presents the same pair)."""
+        return self.work_dir / "certs" / "apiserver.key"
+
+    @property
     def apiserver_log(self) -> Path:
         """kube-apiserver's log."""
         return self.work_dir / "apiserver.log"
@@ -508,7 +513,9 @@ class KubeApiServer:
         return revision
 
 
-_CLUSTER_SCOPED = frozenset({"Namespace", "ClusterRole", "ClusterRoleBinding", "Node"})
+_CLUSTER_SCOPED = frozenset(
+    {"Namespace", "ClusterRole", "ClusterRoleBinding", "Node", "MutatingWebhookConfiguration"}
+)
 _PLURALS = {"Ingress": "ingresses", "NetworkPolicy": "networkpolicies"}
 
 

@@ -1,8 +1,8 @@
 """The scripted cluster simulator's window on a REAL kube-apiserver (the real-apiserver lane).
 
 :class:`tests.fakes.kube_controller.ClusterSimulator` plays Trainer, JobSet, Job, Kueue and the
-kubelets by reading and writing through a store. :class:`ApiStore` gives it the subset of
-:class:`tests.fakes.kube_store.Store` it calls, answered by the real server over HTTP: every
+kubelets by reading and writing through a store. :class:`ApiStore` is that store, answered by
+the real server over HTTP: every
 write is a real POST/PUT (``/status`` for statuses)/PATCH/DELETE, carries the resourceVersion it
 read (a stale one is the server's 409), and reaches the backend's watches as the server streams
 it. The simulator's background thread wakes on real watches (one per resource, from
@@ -31,7 +31,7 @@ from typing import Any
 
 import urllib3
 
-from tests.fakes.kube_store import (
+from tests.servers.kube_resources import (
     JOBS,
     JOBSETS,
     NODES,
@@ -82,10 +82,6 @@ class ApiStore:
         self._watchers: list[threading.Thread] = []
         self._stop = threading.Event()
         self._pruned: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
-        self.mutating_hooks: list[Any] = []
-        """Unused: the real server runs no Python admission hooks (Kueue's webhooks would be
-        an admission webhook server; dispatch's own bodies already carry what they set)."""
-        self.validating_hooks: list[Any] = []
 
     # -- the Store surface the simulator uses ---------------------------------------------------
 
@@ -410,15 +406,15 @@ class ApiStore:
                         self._drop_finalizer(rt, obj, "foregroundDeletion")
 
     def _drop_finalizer(self, rt: ResourceType, obj: JsonObject, finalizer: str) -> None:
+        """Remove ``finalizer`` as the garbage collector does: a merge patch of the finalizers
+        guarded by the resourceVersion read."""
         meta = obj["metadata"]
         left = [f for f in meta.get("finalizers") or () if f != finalizer]
-        with contextlib.suppress(ApiError):
-            self.update(
-                rt,
-                None,
-                meta["name"],
-                {**obj, "metadata": {**meta, "finalizers": left}},
-            )
+        body = {
+            "metadata": {"resourceVersion": meta["resourceVersion"], "finalizers": left or None}
+        }
+        with contextlib.suppress(ApiError):  # changed or gone meanwhile: the next pass sees it
+            self.patch(rt, None, meta["name"], "merge", body)
 
     # -- real watches wake the simulator --------------------------------------------------------
 

@@ -11,7 +11,8 @@ With ``size=3`` it is a 3-server JetStream cluster (:class:`~tests.servers.nats.
 ``site.cluster``) whose servers' configs are the same rendering with a cluster block; with
 ``harness=True`` the config also admits the test's own connection (``site.connect("harness")``),
 a user with every permission that plays the person and checks the verdicts (the services
-still run as their own identities). It takes the place of the read-only ``reader``.
+still run as their own identities). It takes the place of the read-only ``reader`` unless
+``reader=True`` keeps that one too (the harness then has a slot of its own).
 
 Nothing is mocked: the server is the real nats-server, the identities real nkeys, the
 permissions those `dispatch up` and `dispatch nats init` write.
@@ -50,6 +51,8 @@ HARNESS = "harness"
 """The name :meth:`LockedNats.connect` takes for the test's own all-permissions user."""
 _HARNESS_IDENTITY = Identity(Role.READER)
 """The identity slot (and seed file) the harness user takes."""
+_HARNESS_BESIDE_READER = Identity(Role.OBSERVER, "harness")
+"""Its slot when the reader is admitted too (``observer-harness``, no observer's)."""
 _ALL = Permissions(publish=(">",), subscribe=(">",))
 
 
@@ -72,6 +75,7 @@ class LockedNats:
         notifier_durable: str = "notifier",
         size: int = 1,
         harness: bool = False,
+        reader: bool | None = None,
     ) -> None:
         """Make the identities under ``root/identities`` and write ``root/nats.conf`` (one
         server; with ``size`` > 1, each server's config of the cluster under ``root/cluster``).
@@ -79,8 +83,10 @@ class LockedNats:
         self.root = root
         self.layout = layout
         self.identities_dir = root / "identities"
+        with_reader = not harness if reader is None else reader
+        self._harness_identity = _HARNESS_BESIDE_READER if with_reader else _HARNESS_IDENTITY
         self.keys = make_identities(
-            self.identities_dir, service_identities(clusters, reader=not harness)
+            self.identities_dir, service_identities(clusters, reader=with_reader)
         )
         admitted = users(
             layout,
@@ -89,8 +95,9 @@ class LockedNats:
             notifier_durable=notifier_durable,
         )
         if harness:
-            key = make_identities(self.identities_dir, [_HARNESS_IDENTITY])[_HARNESS_IDENTITY]
-            admitted.append(User(identity=_HARNESS_IDENTITY, nkey=key, permissions=_ALL))
+            ident = self._harness_identity
+            key = make_identities(self.identities_dir, [ident])[ident]
+            admitted.append(User(identity=ident, nkey=key, permissions=_ALL))
         self.harness = harness
         root.mkdir(parents=True, exist_ok=True)
         self.config_path = root / "nats.conf"
@@ -143,7 +150,7 @@ class LockedNats:
         if name == HARNESS:
             if not self.harness:
                 raise ValueError("this site admits no harness user (harness=False)")
-            return _HARNESS_IDENTITY
+            return self._harness_identity
         return Identity.parse(name)
 
     def client_options(self, identity: str = HARNESS) -> dict[str, Any]:

@@ -156,7 +156,7 @@ class Checkpoints:
             The latest publication, or ``None`` when nothing is published.
 
         Raises:
-            MalformedName: an entry doesn't parse (never skipped: it could be the latest).
+            MalformedName: an entry that could be the latest doesn't parse (never skipped).
             StoreError: the store failed.
         """
         return latest(self._store.list_entries().names)

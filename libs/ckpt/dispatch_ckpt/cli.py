@@ -161,8 +161,8 @@ def latest(root: str, as_json: bool) -> None:
     """Print the latest published save: greatest epoch, then step.
 
     Lists ROOT/pub/ (every page on S3) and prints the save's full location (a path or an
-    s3:// URL). Exits 3 when nothing is published, and 1 naming the entry when an entry's
-    name doesn't parse (it is never skipped: it could be the latest).
+    s3:// URL). Exits 3 when nothing is published, and 1 naming the entry when the name of
+    an entry that could be the latest doesn't parse (it is never skipped).
 
     \b
     Example:

@@ -38,7 +38,8 @@ class CkptError(Exception):
 class MalformedName(CkptError, ValueError):
     """An entry in ``pub/`` whose name doesn't parse (seed 004, "Publication is append-only").
 
-    It is an error, never skipped: a skipped entry could be the latest one.
+    It is an error, never skipped when it could be the latest one; ``latest`` passes over only
+    a name whose own 20-digit epoch and step put it below the latest.
 
     Attributes:
         entry: the entry's name as listed (under ``pub/``).

@@ -7,7 +7,8 @@ only. This module is pure: it turns (epoch, step, path) into a name and back, an
 publications; the stores do the I/O.
 
 Because both numbers are zero-padded to 20 digits, comparing two well-formed names as
-strings compares (epoch, step) first, which is what makes :func:`latest` a single pass.
+strings compares (epoch, step) first, which is what lets :func:`latest` parse only the names
+that could win.
 """
 
 from __future__ import annotations
@@ -47,7 +48,15 @@ _DIGITS = 20
 _B32_ALPHABET: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
 # Lengths of unpadded base32 text that whole bytes can produce (n bytes -> ceil(8n/5) chars).
 _B32_VALID_LENGTH_MOD8: Final = frozenset({0, 2, 4, 5, 7})
+_PREFIX = 2 * _DIGITS + 2  # "<epoch>-<step>-"
 _WELL_FORMED: Final = re.compile(r"[0-9]{20}-[0-9]{20}-[A-Z2-7]+")
+# Every byte to its class for _all_readable: an ASCII digit to "0"; "-" and newline kept;
+# anything else (letters, other bytes of UTF-8) to "x".
+_SHAPE: Final = bytes(
+    ord("0") if 0x30 <= b <= 0x39 else b if b in (0x0A, 0x2D) else ord("x") for b in range(256)
+)
+_READABLE_LINE: Final = b"\n" + b"0" * _DIGITS + b"-" + b"0" * _DIGITS + b"-"
+_CHUNK = 1024
 _B32_TEXT: Final = re.compile(r"[A-Z2-7]+")
 # A-Z2-7 (values 0..31) -> the digits int(..., 32) reads, 0-9a-v.
 _B32_TO_INT_BYTES: Final = bytes.maketrans(
@@ -238,26 +247,43 @@ def parse_name(entry: str) -> Publication:
     return Publication(epoch=epoch, step=step, path=path)
 
 
-def _path_text_ok(text: str) -> bool:
-    # The fast yes/no twin of decode_path, for listing many names; decode_path has the words.
-    n_bytes, unused_bits = divmod(5 * len(text), 8)
-    if len(text) % 8 not in _B32_VALID_LENGTH_MOD8:
-        return False
-    value = int(text.encode("ascii").translate(_B32_TO_INT_BYTES), 32)
-    if value & ((1 << unused_bits) - 1):
-        return False
-    try:
-        path = (value >> unused_bits).to_bytes(n_bytes, "big").decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return "\x00" not in path and _clean_components(path)
+def _readable(entry: str) -> bool:
+    # Whether the entry's epoch and step can be read: "<20 ASCII digits>-<20 ASCII digits>-".
+    return (
+        len(entry) >= _PREFIX
+        and entry[_DIGITS] == "-"
+        and entry[_PREFIX - 1] == "-"
+        and entry[:_DIGITS].isascii()
+        and entry[:_DIGITS].isdigit()
+        and entry[_DIGITS + 1 : _PREFIX - 1].isascii()
+        and entry[_DIGITS + 1 : _PREFIX - 1].isdigit()
+    )
+
+
+def _all_readable(names: list[str]) -> bool:
+    # _readable for every name at once, in C: the names joined one per line, every byte mapped
+    # to its class (digit, '-', newline, other), then the readable prefix counted at line
+    # starts. Exact: a name holding a newline makes the line count differ, and then the
+    # caller asks _readable name by name. In chunks that stay in the CPU's cache: a third
+    # faster than one pass over the whole listing.
+    for start in range(0, len(names), _CHUNK):
+        chunk = names[start : start + _CHUNK]
+        text = ("\n" + "\n".join(chunk)).encode("utf-8", "surrogatepass")
+        shape = text.translate(_SHAPE)
+        if shape.count(b"\n") != len(chunk) or shape.count(_READABLE_LINE) != len(chunk):
+            return False
+    return True
 
 
 def latest(entries: Iterable[str]) -> Publication | None:
     """Pick the publication with the greatest epoch, then step (seed 004).
 
-    Every entry is parsed; one that doesn't parse is an error, never skipped, because a
-    skipped entry could be the latest one.
+    Only a name that could be the latest is parsed (issue 11 item 7): names sort by epoch,
+    then step, as fixed-width digits, so a name whose own 20-digit epoch and step put it below
+    the greatest name can't win, whatever follows them. Every other name is parsed, and one
+    that doesn't parse is an error naming it, never skipped, because it could be the latest
+    one (seed 004): the greatest name, and any name whose epoch and step can't be read (a
+    stray file, a temporary name, a field of the wrong width), wherever it sorts.
 
     Args:
         entries: the names listed in ``pub/`` (every page, on S3).
@@ -268,21 +294,17 @@ def latest(entries: Iterable[str]) -> Publication | None:
         depends on listing order.
 
     Raises:
-        MalformedName: an entry doesn't parse.
+        MalformedName: a name that could be the latest doesn't parse.
     """
-    best: str | None = None
-    well_formed = _WELL_FORMED.fullmatch
-    for entry in entries:
-        if (
-            well_formed(entry) is None
-            or _epoch_problem(int(entry[:20])) is not None
-            or not _path_text_ok(entry[42:])
-        ):
-            parse_name(entry)  # raises MalformedName with the words for what is wrong
-        # Fixed-width digits: string order is (epoch, step) order.
-        if best is None or entry > best:
-            best = entry
-    return None if best is None else parse_name(best)
+    names = entries if isinstance(entries, list) else list(entries)
+    if not names:
+        return None
+    if not _all_readable(names):
+        for entry in names:
+            if not _readable(entry):
+                parse_name(entry)  # raises MalformedName with the words for what is wrong
+    # Fixed-width digits: string order is (epoch, step) order, then the name breaks a tie.
+    return parse_name(max(names))
 
 
 def sort_key(pub: Publication) -> str:

@@ -32,13 +32,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_backends.kubeflow.body import InvalidLaunch, namespace_of, trainjob_body
-from dispatch_backends.kubeflow.causes import (
-    NodeFacts,
-    PodFacts,
-    node_facts,
-    parse_time,
-    pod_facts,
-)
+from dispatch_backends.kubeflow.causes import NodeFacts, PodFacts, node_facts, pod_facts
 from dispatch_backends.kubeflow.gate import open_patch
 from dispatch_backends.kubeflow.names import (
     ANNOTATION_OBSERVED,
@@ -51,6 +45,17 @@ from dispatch_backends.kubeflow.names import (
     WORKLOAD,
     read_number,
     trainjob_name,
+)
+from dispatch_backends.kubeflow.objects import (
+    Job,
+    JobSet,
+    Meta,
+    Node,
+    Pod,
+    TrainJob,
+    Workload,
+    decode,
+    parse_time,
 )
 from dispatch_backends.kubeflow.observe import (
     Housekeeping,
@@ -153,7 +158,7 @@ class KubeflowBackend:
         cause while the observer expects it (issue 15, "gone is not ended")."""
         self._gaps: dict[str, tuple[datetime, str]] = {}
         self._waiting_since: dict[str, datetime] = {}
-        self._reflectors: dict[tuple[str, str], Reflector] = {}
+        self._reflectors: dict[tuple[str, str], Reflector[Any]] = {}
         self._watch_clients: list[Any] = []
         self._started = False
         self._closed = False
@@ -420,29 +425,29 @@ class KubeflowBackend:
             trainjobs.extend(items)
             calls += pages
         objects: dict[str, list[ObservedObject]] = defaultdict(list)
-        chores: list[tuple[Housekeeping, dict[str, Any], Observed, Mapping[str, Any] | None]] = []
+        chores: list[tuple[Housekeeping, dict[str, Any], Observed, Workload | None]] = []
         index = self._index()
         live: set[str] = set()
         for trainjob in trainjobs:
-            meta = trainjob.get("metadata") or {}
-            namespace = str(meta.get("namespace"))
-            name, uid = str(meta.get("name")), str(meta.get("uid"))
+            typed = decode(TrainJob, trainjob)
+            meta = typed.metadata
+            namespace, name, uid = meta.namespace, meta.name, meta.uid
             live.add(uid)
             jobset = index.jobsets.get((namespace, name))
-            if jobset is not None and not _owned_by(jobset, uid):
+            if jobset is not None and not jobset.metadata.owned_by(uid):
                 jobset = None
-            jobset_uid = str(((jobset or {}).get("metadata") or {}).get("uid") or "")
+            jobset_uid = jobset.metadata.uid if jobset is not None else ""
             jobs = [
                 j
                 for j in index.jobs.get((namespace, name), ())
-                if not jobset_uid or _owned_by(j, jobset_uid)
+                if not jobset_uid or j.metadata.owned_by(jobset_uid)
             ]
             workload = index.workloads.get(uid)
             with self._lock:
                 pods = list(self._evidence.get((namespace, name), {}).values())
                 memory = self._memory.get(uid)
             result = observe(
-                trainjob,
+                typed,
                 cluster=self._cluster,
                 settings=self._settings,
                 jobset=jobset,
@@ -522,7 +527,7 @@ class KubeflowBackend:
         with self._lock:
             seen = list(self._evidence.get((namespace, name), {}).values())
         for pod in pods:
-            facts = pod_facts(None, pod, deleted=False)
+            facts = pod_facts(None, decode(Pod, pod), deleted=False)
             if not facts.finished:
                 where = f" on node {facts.node}" if facts.node else ""
                 state = "being deleted" if facts.deleting else f"phase {facts.phase or 'unknown'}"
@@ -595,6 +600,7 @@ class KubeflowBackend:
                 namespace,
                 functools.partial(core.list_namespaced_pod, namespace),
                 JOBSET_NAME_LABEL,
+                Pod,
                 on_object=functools.partial(self._on_pod, namespace, False),
                 on_deleted=functools.partial(self._on_pod_deleted, namespace),
                 on_relisted=functools.partial(self._on_relisted, namespace),
@@ -604,6 +610,7 @@ class KubeflowBackend:
                 namespace,
                 functools.partial(batch.list_namespaced_job, namespace),
                 JOBSET_NAME_LABEL,
+                Job,
             )
             group, version, plural = JOBSET
             self._add(
@@ -613,6 +620,7 @@ class KubeflowBackend:
                     custom.list_namespaced_custom_object, group, version, namespace, plural
                 ),
                 None,
+                JobSet,
             )
             if settings.gate is GateMode.KUEUE:
                 _, _, custom2 = self._watch_apis()
@@ -624,9 +632,10 @@ class KubeflowBackend:
                         custom2.list_namespaced_custom_object, group, version, namespace, plural
                     ),
                     None,
+                    Workload,
                 )
         core, _, _ = self._watch_apis()
-        self._add("nodes", "", core.list_node, None)
+        self._add("nodes", "", core.list_node, None, Node)
         for reflector in self._reflectors.values():
             reflector.start()
 
@@ -641,14 +650,16 @@ class KubeflowBackend:
         namespace: str,
         list_fn: Callable[..., Any],
         selector: str | None,
+        decoded: type[msgspec.Struct],
         *,
-        on_object: Callable[[Mapping[str, Any]], None] | None = None,
-        on_deleted: Callable[[Mapping[str, Any], bool], None] | None = None,
+        on_object: Callable[[Any], None] | None = None,
+        on_deleted: Callable[[Any, bool], None] | None = None,
         on_relisted: Callable[[int], None] | None = None,
     ) -> None:
         self._reflectors[(kind, namespace)] = Reflector(
             f"{kind} {namespace}".strip(),
             list_fn,
+            decode=functools.partial(decode, decoded),
             label_selector=selector,
             on_object=on_object or _ignore,
             on_deleted=on_deleted or _ignore_deleted,
@@ -657,26 +668,24 @@ class KubeflowBackend:
             request_timeout_s=self._settings.request_timeout_s,
         )
 
-    def _on_pod(self, namespace: str, deleted: bool, pod: Mapping[str, Any]) -> None:
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        trainjob = labels.get(JOBSET_NAME_LABEL)
+    def _on_pod(self, namespace: str, deleted: bool, pod: Pod) -> None:
+        trainjob = pod.metadata.label(JOBSET_NAME_LABEL)
         if not trainjob:
             return
-        uid = str((pod.get("metadata") or {}).get("uid") or "")
         with self._lock:
-            pods = self._evidence[(namespace, str(trainjob))]
-            pods[uid] = pod_facts(pods.get(uid), pod, deleted=deleted)
+            pods = self._evidence[(namespace, trainjob)]
+            pods[pod.metadata.uid] = pod_facts(pods.get(pod.metadata.uid), pod, deleted=deleted)
 
-    def _on_pod_deleted(self, namespace: str, pod: Mapping[str, Any], seen: bool) -> None:
+    def _on_pod_deleted(self, namespace: str, pod: Pod, seen: bool) -> None:
         self._on_pod(namespace, True, pod)
         if not seen:
-            labels = (pod.get("metadata") or {}).get("labels") or {}
-            key = (namespace, str(labels.get(JOBSET_NAME_LABEL) or ""))
-            uid = str((pod.get("metadata") or {}).get("uid") or "")
+            key = (namespace, pod.metadata.label(JOBSET_NAME_LABEL))
             with self._lock:
-                facts = self._evidence.get(key, {}).get(uid)
+                facts = self._evidence.get(key, {}).get(pod.metadata.uid)
                 if facts is not None:
-                    self._evidence[key][uid] = msgspec.structs.replace(facts, lost=True)
+                    self._evidence[key][pod.metadata.uid] = msgspec.structs.replace(
+                        facts, lost=True
+                    )
 
     def _on_relisted(self, namespace: str, rv: int) -> None:
         reflector = self._reflectors.get(("pods", namespace))
@@ -689,10 +698,10 @@ class KubeflowBackend:
                 "been seen",
             )
 
-    def _gap_note(self, namespace: str, meta: Mapping[str, Any]) -> str:
+    def _gap_note(self, namespace: str, meta: Meta) -> str:
         """The pod watch's last gap in ``namespace``, if the TrainJob existed then."""
         gap = self._gaps.get(namespace)
-        created = parse_time(meta.get("creationTimestamp"))
+        created = parse_time(meta.creation_timestamp)
         if gap is None or (created is not None and created > gap[0]):
             return ""
         return gap[1]
@@ -732,8 +741,8 @@ class KubeflowBackend:
     def _caught_up(self, namespace: str, uid: str, now: datetime, rv: int) -> bool:
         """Whether every watch of ``namespace`` (and of the nodes) has seen up to ``rv``.
 
-        Progress on a quiet stream comes from bookmarks only (about once a minute on a real
-        API server, and before a watch's timeout on this fake); a decision that has waited
+        Progress on a quiet stream comes from bookmarks only (on a recent API server about
+        once a minute and before a watch's timeout; none from 1.20); a decision that has waited
         ``evidence_wait_s`` for it goes ahead while every watch is healthy (its events
         arrive within moments, so by then it has them). A broken watch is never waited past.
         """
@@ -747,21 +756,22 @@ class KubeflowBackend:
     def _index(self) -> _Index:
         """What the watches hold now, indexed by owner."""
         index = _Index()
-        for (kind, namespace), reflector in self._reflectors.items():
+        for (_, namespace), reflector in self._reflectors.items():
             for obj in reflector.objects():
-                meta = obj.get("metadata") or {}
-                if kind == "jobsets":
-                    index.jobsets[(namespace, str(meta.get("name")))] = obj
-                elif kind == "jobs":
-                    owner = (meta.get("labels") or {}).get(JOBSET_NAME_LABEL)
-                    index.jobs[(namespace, str(owner))].append(obj)
-                elif kind == "workloads":
-                    for ref in meta.get("ownerReferences") or ():
-                        if ref.get("kind") == "TrainJob":
-                            index.workloads[str(ref.get("uid"))] = obj
-                elif kind == "nodes":
-                    facts = node_facts(obj)
-                    index.nodes[facts.name] = facts
+                match obj:
+                    case JobSet():
+                        index.jobsets[(namespace, obj.metadata.name)] = obj
+                    case Job():
+                        index.jobs[(namespace, obj.metadata.label(JOBSET_NAME_LABEL))].append(obj)
+                    case Workload():
+                        for ref in obj.metadata.owner_references or ():
+                            if ref.kind == "TrainJob":
+                                index.workloads[ref.uid] = obj
+                    case Node():
+                        facts = node_facts(obj)
+                        index.nodes[facts.name] = facts
+                    case _:
+                        pass
         return index
 
     def _prune(self, trainjobs: list[dict[str, Any]], live: set[str]) -> None:
@@ -946,7 +956,7 @@ class KubeflowBackend:
         chore: Housekeeping,
         trainjob: Mapping[str, Any],
         memory: Observed,
-        workload: Mapping[str, Any] | None,
+        workload: Workload | None,
     ) -> int:
         """Make one housekeeping write; return the calls made. A failure is logged, never
         raised: the snapshot is already right, and the write is retried next time."""
@@ -989,7 +999,7 @@ class KubeflowBackend:
                     )
                 case Housekeeping.DEACTIVATE:
                     wl_group, wl_version, wl_plural = WORKLOAD
-                    wl_name = str(((workload or {}).get("metadata") or {}).get("name"))
+                    wl_name = workload.metadata.name if workload is not None else "None"
                     await self._call(
                         self._custom.patch_namespaced_custom_object,
                         wl_group,
@@ -1044,9 +1054,9 @@ class _Index:
     JobSet name), Workloads by their TrainJob's uid, nodes by name."""
 
     def __init__(self) -> None:
-        self.jobsets: dict[tuple[str, str], Mapping[str, Any]] = {}
-        self.jobs: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
-        self.workloads: dict[str, Mapping[str, Any]] = {}
+        self.jobsets: dict[tuple[str, str], JobSet] = {}
+        self.jobs: dict[tuple[str, str], list[Job]] = defaultdict(list)
+        self.workloads: dict[str, Workload] = {}
         self.nodes: dict[str, NodeFacts] = {}
 
 
@@ -1064,11 +1074,6 @@ def _confirmed_finished(pod: PodFacts) -> bool:
     )
 
 
-def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
-    return any(r.get("uid") == uid for r in refs)
-
-
 def _not_sent(err: urllib3.exceptions.HTTPError) -> bool:
     """Whether a connection error happened before the request was sent (nothing made)."""
     reason = getattr(err, "reason", None)
@@ -1077,9 +1082,9 @@ def _not_sent(err: urllib3.exceptions.HTTPError) -> bool:
     )
 
 
-def _ignore(obj: Mapping[str, Any]) -> None:
+def _ignore(obj: object) -> None:
     del obj
 
 
-def _ignore_deleted(obj: Mapping[str, Any], seen: bool) -> None:
+def _ignore_deleted(obj: object, seen: bool) -> None:
     del obj, seen

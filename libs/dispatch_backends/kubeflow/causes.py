@@ -1,4 +1,5 @@
-"""From Kubernetes objects to a cause (pure: plain dicts in, :class:`Cause` out).
+"""From Kubernetes objects to a cause (pure: the typed objects of :mod:`.objects` in,
+:class:`Cause` out).
 
 Pods are the evidence that vanishes: a preempted pod is deleted, and with it its
 ``DisruptionTarget`` condition. So what dispatch keeps of a pod is a :class:`PodFacts`,
@@ -68,7 +69,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
@@ -77,6 +78,7 @@ from dispatch_backends.kubeflow.names import (
     JOBSET_RESTART_LABEL,
     JOBSET_UID_LABEL,
 )
+from dispatch_backends.kubeflow.objects import Job, Node, Pod, TrainJob, Workload, parse_time
 from dispatch_core.state import Cause, CauseKind, Provenance, UtcDatetime
 
 __all__ = [
@@ -84,7 +86,6 @@ __all__ = [
     "NodeFacts",
     "PodFacts",
     "Termination",
-    "condition",
     "execution_cause",
     "job_words",
     "kueue_eviction",
@@ -126,41 +127,6 @@ _KUEUE_NODE_FAILURES: Final = "NodeFailures"
 # Tie-break order for evidence of the same second (the table's order).
 _RANK_DISRUPTION, _RANK_NODE, _RANK_OTHER_DISRUPTION, _RANK_KUEUE = 0, 1, 2, 3
 _RANK_JOB_DEADLINE, _RANK_OOM, _RANK_EXIT = 4, 5, 6
-
-
-def parse_time(value: Any) -> datetime | None:
-    """Parse a Kubernetes timestamp (RFC 3339, ``Z``), or ``None``."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def condition(obj: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | None:
-    """The status condition of type ``kind``, or ``None``."""
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or ():
-        if cond.get("type") == kind:
-            return cond  # type: ignore[no-any-return]
-    return None
-
-
-def _true(obj: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | None:
-    cond = condition(obj, kind)
-    return cond if cond is not None and cond.get("status") == "True" else None
-
-
-def _words(what: str, cond: Mapping[str, Any]) -> str:
-    """``<what> <type> (<reason>): <message>`` with the condition's own words."""
-    reason = cond.get("reason") or ""
-    message = cond.get("message") or ""
-    text = f"{what} {cond.get('type')}"
-    if reason:
-        text += f" ({reason})"
-    if message:
-        text += f": {message}"
-    return text
 
 
 class Disruption(msgspec.Struct, frozen=True, kw_only=True):
@@ -252,32 +218,28 @@ class PodFacts(msgspec.Struct, frozen=True, kw_only=True):
         return None
 
 
-def _first_termination(pod: Mapping[str, Any], deleting: bool) -> Termination | None:
-    status = pod.get("status") or {}
-    for cs in [
-        *(status.get("initContainerStatuses") or ()),
-        *(status.get("containerStatuses") or ()),
-    ]:
-        for state_key in ("state", "lastState"):
-            terminated = (cs.get(state_key) or {}).get("terminated")
-            if not terminated:
+def _first_termination(pod: Pod, deleting: bool) -> Termination | None:
+    status = pod.status
+    for cs in (*(status.init_container_statuses or ()), *(status.container_statuses or ())):
+        for state in (cs.state, cs.last_state):
+            terminated = state.terminated if state is not None else None
+            if terminated is None:
                 continue
-            code = terminated.get("exitCode")
-            reason = terminated.get("reason") or ""
+            code, reason = terminated.exit_code, terminated.reason or ""
             if code == 0 and reason in ("", "Completed"):
                 continue
             return Termination(
-                container=str(cs.get("name") or ""),
-                exit_code=code if isinstance(code, int) else None,
+                container=cs.name,
+                exit_code=code,
                 reason=reason,
-                message=terminated.get("message") or "",
-                at=parse_time(terminated.get("finishedAt")),
+                message=terminated.message or "",
+                at=parse_time(terminated.finished_at),
                 deleting=deleting,
             )
     return None
 
 
-def pod_facts(previous: PodFacts | None, pod: Mapping[str, Any], *, deleted: bool) -> PodFacts:
+def pod_facts(previous: PodFacts | None, pod: Pod, *, deleted: bool) -> PodFacts:
     """Merge one version of a pod into what was known of it.
 
     Args:
@@ -288,43 +250,36 @@ def pod_facts(previous: PodFacts | None, pod: Mapping[str, Any], *, deleted: boo
     Returns:
         The merged facts: the first disruption and the first failing termination stick.
     """
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    deleting = bool(meta.get("deletionTimestamp"))
-    restart_label = labels.get(JOBSET_RESTART_LABEL)
-    restart = (
-        int(restart_label) if isinstance(restart_label, str) and restart_label.isdigit() else None
-    )
+    meta, status = pod.metadata, pod.status
+    deleting = meta.deleting
+    restart_label = meta.label(JOBSET_RESTART_LABEL)
+    restart = int(restart_label) if restart_label.isdigit() else None
     disruption = previous.disruption if previous is not None else None
     if disruption is None:
-        cond = _true(pod, DISRUPTION_TARGET)
+        cond = status.true(DISRUPTION_TARGET)
         if cond is not None:
             disruption = Disruption(
-                reason=cond.get("reason") or "",
-                message=cond.get("message") or "",
-                at=parse_time(cond.get("lastTransitionTime")),
+                reason=cond.reason or "", message=cond.message or "", at=cond.at
             )
     termination = previous.termination if previous is not None else None
     if termination is None:
         termination = _first_termination(pod, deleting)
-    rv_text = meta.get("resourceVersion") or "0"
-    status = pod.get("status") or {}
     reason, message = (previous.reason, previous.message) if previous is not None else ("", "")
-    if not reason and status.get("reason"):
-        reason, message = str(status.get("reason")), str(status.get("message") or "")
+    if not reason and status.reason:
+        reason, message = status.reason, status.message or ""
     return PodFacts(
-        uid=str(meta.get("uid") or (previous.uid if previous else "")),
-        name=str(meta.get("name") or ""),
-        trainjob=str(labels.get(JOBSET_NAME_LABEL) or (previous.trainjob if previous else "")),
-        jobset_uid=str(labels.get(JOBSET_UID_LABEL) or ""),
+        uid=meta.uid or (previous.uid if previous else ""),
+        name=meta.name,
+        trainjob=meta.label(JOBSET_NAME_LABEL) or (previous.trainjob if previous else ""),
+        jobset_uid=meta.label(JOBSET_UID_LABEL),
         restart=restart if restart is not None else (previous.restart if previous else None),
-        node=str((pod.get("spec") or {}).get("nodeName") or (previous.node if previous else "")),
-        phase=str((pod.get("status") or {}).get("phase") or ""),
+        node=pod.spec.node_name or (previous.node if previous else ""),
+        phase=status.phase or "",
         deleting=deleting,
         deleted=deleted,
         disruption=disruption,
         termination=termination,
-        rv=int(rv_text) if str(rv_text).isdigit() else 0,
+        rv=meta.rv,
         reason=reason,
         message=message,
     )
@@ -367,18 +322,17 @@ class NodeFacts(msgspec.Struct, frozen=True, kw_only=True):
         return text
 
 
-def node_facts(node: Mapping[str, Any]) -> NodeFacts:
+def node_facts(node: Node) -> NodeFacts:
     """Summarise a Node object."""
-    name = str((node.get("metadata") or {}).get("name") or "")
-    cond = condition(node, "Ready")
+    cond = node.status.condition("Ready")
     if cond is None:
-        return NodeFacts(name=name, ready="")
+        return NodeFacts(name=node.metadata.name, ready="")
     return NodeFacts(
-        name=name,
-        ready=str(cond.get("status") or ""),
-        reason=cond.get("reason") or "",
-        message=cond.get("message") or "",
-        since=parse_time(cond.get("lastTransitionTime")),
+        name=node.metadata.name,
+        ready=cond.status,
+        reason=cond.reason or "",
+        message=cond.message or "",
+        since=cond.at,
     )
 
 
@@ -439,44 +393,37 @@ def lost_nodes(
     return cause, tuple(sorted(lost))
 
 
-def kueue_eviction(workload: Mapping[str, Any] | None) -> Cause | None:
+def kueue_eviction(workload: Workload | None) -> Cause | None:
     """The cause of a Kueue eviction (Workload ``Evicted=True``, facts B4), or ``None``.
 
     ``Preempted`` -> ``preempted`` (with the ``Preempted`` condition's reason, e.g.
     ``InClusterQueue``, in the words); ``NodeFailures`` -> ``node-lost``; any other reason
     -> ``unknown`` with Kueue's words.
     """
-    evicted = _true(workload, "Evicted")
+    evicted = workload.status.true("Evicted") if workload is not None else None
     if evicted is None or workload is None:
         return None
-    name = (workload.get("metadata") or {}).get("name") or ""
-    words = [_words(f"Kueue Workload {name}", evicted)]
-    preempted = _true(workload, "Preempted")
+    what = f"Kueue Workload {workload.metadata.name}"
+    words = [evicted.words(what)]
+    preempted = workload.status.true("Preempted")
     if preempted is not None:
-        words.append(_words(f"Kueue Workload {name}", preempted))
-    reason = evicted.get("reason")
-    if reason == _KUEUE_PREEMPTED:
+        words.append(preempted.words(what))
+    if evicted.reason == _KUEUE_PREEMPTED:
         kind = CauseKind.PREEMPTED
-    elif reason == _KUEUE_NODE_FAILURES:
+    elif evicted.reason == _KUEUE_NODE_FAILURES:
         kind = CauseKind.NODE_LOST
     else:
         kind = CauseKind.UNKNOWN
-    return Cause(
-        kind=kind,
-        provenance=Provenance.SCHEDULER,
-        detail="; ".join(words),
-        at=parse_time(evicted.get("lastTransitionTime")),
-    )
+    return Cause(kind=kind, provenance=Provenance.SCHEDULER, detail="; ".join(words), at=evicted.at)
 
 
-def job_words(jobs: Iterable[Mapping[str, Any]]) -> list[str]:
+def job_words(jobs: Iterable[Job]) -> list[str]:
     """The words of the child Jobs' failure conditions (``Failed``, else ``FailureTarget``)."""
     out = []
-    for job in sorted(jobs, key=lambda j: str((j.get("metadata") or {}).get("name"))):
-        name = (job.get("metadata") or {}).get("name") or ""
-        cond = _true(job, "Failed") or _true(job, "FailureTarget")
+    for job in sorted(jobs, key=lambda j: j.metadata.name):
+        cond = job.status.true("Failed") or job.status.true("FailureTarget")
         if cond is not None:
-            out.append(_words(f"Job {name}", cond))
+            out.append(cond.words(f"Job {job.metadata.name}"))
     return out
 
 
@@ -491,9 +438,9 @@ class _Candidate(msgspec.Struct, frozen=True, kw_only=True):
 
 def _candidates(
     pods: Sequence[PodFacts],
-    jobs: Sequence[Mapping[str, Any]],
+    jobs: Sequence[Job],
     nodes: Mapping[str, NodeFacts],
-    workload: Mapping[str, Any] | None,
+    workload: Workload | None,
 ) -> list[_Candidate]:
     out: list[_Candidate] = []
     for pod in pods:
@@ -593,16 +540,15 @@ def _candidates(
             )
         )
     for job in jobs:
-        name = (job.get("metadata") or {}).get("name") or ""
-        cond = _true(job, "Failed") or _true(job, "FailureTarget")
-        if cond is not None and cond.get("reason") == "DeadlineExceeded":
+        cond = job.status.true("Failed") or job.status.true("FailureTarget")
+        if cond is not None and cond.reason == "DeadlineExceeded":
             out.append(
                 _Candidate(
-                    at=parse_time(cond.get("lastTransitionTime")),
+                    at=cond.at,
                     rank=_RANK_JOB_DEADLINE,
                     kind=CauseKind.TIME_LIMIT,
                     provenance=Provenance.SCHEDULER,
-                    words=_words(f"Job {name}", cond),
+                    words=cond.words(f"Job {job.metadata.name}"),
                 )
             )
     return out
@@ -656,9 +602,9 @@ def _earliest(candidates: Sequence[_Candidate]) -> _Candidate | None:
 def execution_cause(
     headline: Sequence[str],
     pods: Sequence[PodFacts],
-    jobs: Sequence[Mapping[str, Any]],
+    jobs: Sequence[Job],
     nodes: Mapping[str, NodeFacts],
-    workload: Mapping[str, Any] | None = None,
+    workload: Workload | None = None,
     *,
     at: datetime | None = None,
     missing: str = "no pod disruption, node loss or failing container termination was seen",
@@ -698,11 +644,11 @@ def execution_cause(
 
 
 def terminal_cause(
-    trainjob: Mapping[str, Any],
+    trainjob: TrainJob,
     pods: Sequence[PodFacts],
-    jobs: Sequence[Mapping[str, Any]],
+    jobs: Sequence[Job],
     nodes: Mapping[str, NodeFacts],
-    workload: Mapping[str, Any] | None = None,
+    workload: Workload | None = None,
     *,
     missing: str = "no pod disruption, node loss or failing container termination was seen",
 ) -> Cause | None:
@@ -714,26 +660,24 @@ def terminal_cause(
     ``Failed`` reason (the JobSet's: ``FailedJobs``, ``FailJobSetFailurePolicyAction``,
     ``ReachedMaxRestarts``, or one nobody mapped) -> :func:`execution_cause`.
     """
-    name = (trainjob.get("metadata") or {}).get("name") or ""
-    complete = _true(trainjob, "Complete")
+    what = f"TrainJob {trainjob.metadata.name}"
+    complete = trainjob.status.true("Complete")
     if complete is not None:
         return Cause(
             kind=CauseKind.NONE,
             provenance=Provenance.SCHEDULER,
-            detail=_words(f"TrainJob {name}", complete),
-            at=parse_time(complete.get("lastTransitionTime")),
+            detail=complete.words(what),
+            at=complete.at,
         )
-    failed = _true(trainjob, "Failed")
+    failed = trainjob.status.true("Failed")
     if failed is None:
         return None
-    headline = _words(f"TrainJob {name}", failed)
-    at = parse_time(failed.get("lastTransitionTime"))
-    reason = failed.get("reason")
-    if reason == "DeadlineExceeded":
+    headline, at = failed.words(what), failed.at
+    if failed.reason == "DeadlineExceeded":
         return Cause(
             kind=CauseKind.TIME_LIMIT, provenance=Provenance.SCHEDULER, detail=headline, at=at
         )
-    if reason == "TrainingRuntimeNotSupported":
+    if failed.reason == "TrainingRuntimeNotSupported":
         return Cause(
             kind=CauseKind.LAUNCH_FAILED, provenance=Provenance.SCHEDULER, detail=headline, at=at
         )

@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dispatch_backends.kubeflow.names import ADMISSION_GATED_BY, ANNOTATION_GATE
+from dispatch_backends.kubeflow.objects import TrainJob
 from dispatch_backends.kubeflow.settings import GateMode
 from dispatch_core.state import GateState
 
@@ -46,9 +47,7 @@ def gates(annotations: Mapping[str, Any] | None) -> list[str]:
     return [g.strip() for g in str(raw).split(",") if g.strip()]
 
 
-def gate_state(
-    trainjob: Mapping[str, Any], mode: GateMode, gate_name: str
-) -> tuple[GateState, str]:
+def gate_state(trainjob: TrainJob, mode: GateMode, gate_name: str) -> tuple[GateState, str]:
     """Read the start gate of a TrainJob.
 
     Args:
@@ -60,8 +59,7 @@ def gate_state(
         The gate state and, for ``admin-held``, the scheduler's words saying who holds it
         (kept verbatim in the cause's detail), else ``""``.
     """
-    metadata = trainjob.get("metadata") or {}
-    annotations = metadata.get("annotations") or {}
+    annotations = trainjob.metadata.annotations or {}
     if mode is GateMode.KUEUE:
         names = gates(annotations)
         others = [g for g in names if g != gate_name]
@@ -70,8 +68,7 @@ def gate_state(
         if gate_name in names:
             return GateState.CLOSED, ""
         return GateState.OPEN, ""
-    suspended = bool((trainjob.get("spec") or {}).get("suspend"))
-    if not suspended:
+    if not trainjob.suspended:
         return GateState.OPEN, ""
     if annotations.get(ANNOTATION_GATE) == "closed":
         return GateState.CLOSED, ""

@@ -1,8 +1,9 @@
 """What one TrainJob is, for dispatch: phase, gate, cause, executions (pure).
 
 :func:`observe` turns a TrainJob and what the watches hold of its JobSet, Jobs, pods,
-nodes and Kueue Workload into an :class:`ObservedObject`, plus what discovery must remember
-and the housekeeping it must do. It never calls the API server.
+nodes and Kueue Workload (each decoded once into the typed objects of :mod:`.objects`) into
+an :class:`ObservedObject`, plus what discovery must remember and the housekeeping it must
+do. It never calls the API server.
 
 **Phase** (facts B1: the TrainJob has no ``Running`` condition, so it is inferred):
 
@@ -21,6 +22,10 @@ a pod of the current execution ``Running``, not deleting    ``running`` none
 pods of the current execution finishing or deleted          ``stopping``  none
 otherwise (Kueue quota, JobSet or pods not there yet)       ``pending`` none
 ==========================================================  ==========  ====================
+
+The rows without an end are :data:`ALIVE_RULES`, in that order (the first that applies
+wins); an end is seen by the first of ``_END_RULES`` that answers (``Complete``/``Failed``,
+then a Kueue eviction).
 
 "Running" is never inferred from ``jobsStatus[].active > 0`` alone: after the taint
 manager evicts, the Job's ``active`` excludes terminating pods and drops to 0 while the
@@ -60,18 +65,16 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
 from dispatch_backends.kubeflow.causes import (
     NodeFacts,
     PodFacts,
-    condition,
     execution_cause,
     kueue_eviction,
     lost_nodes,
-    parse_time,
     terminal_cause,
 )
 from dispatch_backends.kubeflow.gate import gate_state
@@ -83,6 +86,7 @@ from dispatch_backends.kubeflow.names import (
     LABEL_SUBMISSION,
     read_number,
 )
+from dispatch_backends.kubeflow.objects import Job, JobSet, TrainJob, Workload
 from dispatch_backends.kubeflow.settings import KubeflowSettings
 from dispatch_backends.protocol import object_name
 from dispatch_core.state import (
@@ -98,14 +102,17 @@ from dispatch_core.state import (
 )
 
 __all__ = [
+    "ALIVE_RULES",
+    "AliveRule",
     "Housekeeping",
+    "Now",
     "Observation",
     "Observed",
+    "alive_rule",
     "decode_observed",
     "encode_observed",
     "merge_observed",
     "observe",
-    "resource_version",
 ]
 
 
@@ -192,31 +199,226 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True):
     waiting: bool = False
 
 
-def resource_version(obj: Mapping[str, Any] | None) -> int:
-    """An object's resourceVersion as an integer (0 when absent)."""
-    text = str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "0")
-    return int(text) if text.isdigit() else 0
+class Now(msgspec.Struct, frozen=True, kw_only=True):
+    """What the alive rules read of a TrainJob with no end recorded (its current execution).
+
+    Attributes:
+        deleting: ``deletionTimestamp`` set.
+        gate: the start gate, and ``gate_words`` the scheduler's words for ``admin-held``.
+        suspended: ``spec.suspend``.
+        pods: the current execution's pods (facts).
+        lost: ``node-lost`` when a pod of it sits on a lost node (:func:`.lost_nodes`), and
+            ``lost_on`` those nodes.
+        nodes: the nodes its pods not yet gone are on.
+    """
+
+    deleting: bool
+    gate: GateState
+    gate_words: str = ""
+    suspended: bool
+    pods: tuple[PodFacts, ...]
+    lost: Cause | None = None
+    lost_on: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()
 
 
-def _restart_of(obj: Mapping[str, Any]) -> int | None:
-    value = ((obj.get("metadata") or {}).get("labels") or {}).get(JOBSET_RESTART_LABEL)
-    return int(value) if isinstance(value, str) and value.isdigit() else None
+class AliveRule(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of the module docstring's phase table for a TrainJob not ended: when
+    ``applies`` (the first row that does wins), the phase, the cause and the nodes shown."""
+
+    when: str
+    applies: Callable[[Now], bool]
+    phase: ObjectPhase
+    cause: Callable[[Now], Cause | None] = lambda now: None
+    nodes: Callable[[Now], tuple[str, ...]] = lambda now: now.nodes
+
+
+def _held(now: Now) -> Cause:
+    return Cause(kind=CauseKind.HELD, provenance=Provenance.SCHEDULER, detail=now.gate_words)
+
+
+def _running(now: Now) -> bool:
+    return any(p.phase == "Running" and not p.deleting and not p.deleted for p in now.pods)
+
+
+def _finishing(now: Now) -> bool:
+    return not now.suspended and any(p.deleting or p.finished for p in now.pods if not p.deleted)
+
+
+ALIVE_RULES: Final[tuple[AliveRule, ...]] = (
+    AliveRule(
+        when="deletionTimestamp set",
+        applies=lambda now: now.deleting,
+        phase=ObjectPhase.STOPPING,
+        cause=lambda now: now.lost,
+    ),
+    AliveRule(
+        when="gate admin-held",
+        applies=lambda now: now.gate is GateState.ADMIN_HELD,
+        phase=ObjectPhase.PENDING,
+        cause=_held,
+        nodes=lambda now: (),
+    ),
+    AliveRule(
+        when="gate closed",
+        applies=lambda now: now.gate is GateState.CLOSED,
+        phase=ObjectPhase.PENDING,
+        nodes=lambda now: (),
+    ),
+    AliveRule(
+        when="a pod of the current execution on a lost node",
+        applies=lambda now: now.lost is not None,
+        phase=ObjectPhase.RUNNING,
+        cause=lambda now: now.lost,
+        nodes=lambda now: tuple(sorted({*now.nodes, *now.lost_on})),
+    ),
+    AliveRule(
+        when="a pod of the current execution Running, not deleting",
+        applies=_running,
+        phase=ObjectPhase.RUNNING,
+    ),
+    AliveRule(
+        when="pods of the current execution finishing or deleted",
+        applies=_finishing,
+        phase=ObjectPhase.STOPPING,
+    ),
+    AliveRule(
+        when="otherwise (Kueue quota, JobSet or pods not there yet)",
+        applies=lambda now: True,
+        phase=ObjectPhase.PENDING,
+    ),
+)
+"""The phase of a TrainJob with no end, in the module docstring's order."""
+
+
+def alive_rule(now: Now) -> AliveRule:
+    """The first of :data:`ALIVE_RULES` that applies to ``now`` (the last always does)."""
+    return next(rule for rule in ALIVE_RULES if rule.applies(now))
+
+
+class _End(msgspec.Struct, frozen=True, kw_only=True):
+    cause: Cause
+    target: int
+    """The resourceVersion the watches must have caught up with before it is decided."""
+    evicted: bool = False
+
+
+def _finished_end(
+    trainjob: TrainJob,
+    pods: Sequence[PodFacts],
+    jobs: Sequence[Job],
+    nodes: Mapping[str, NodeFacts],
+    workload: Workload | None,
+    gate: GateState,
+    missing: str,
+) -> _End | None:
+    """``Complete``/``Failed`` True: :func:`.terminal_cause` (facts B1)."""
+    if not trainjob.finished:
+        return None
+    cause = terminal_cause(trainjob, pods, jobs, nodes, workload, missing=missing)
+    return None if cause is None else _End(cause=cause, target=trainjob.metadata.rv)
+
+
+def _evicted_end(
+    trainjob: TrainJob,
+    pods: Sequence[PodFacts],
+    jobs: Sequence[Job],
+    nodes: Mapping[str, NodeFacts],
+    workload: Workload | None,
+    gate: GateState,
+    missing: str,
+) -> _End | None:
+    """Kueue Workload ``Evicted`` and the TrainJob suspended with dispatch's gate open (see
+    "Kueue eviction"): the execution's cause, Kueue's words among the evidence."""
+    if gate is not GateState.OPEN or not trainjob.suspended:
+        return None
+    eviction = kueue_eviction(workload)
+    if eviction is None or workload is None:
+        return None
+    cause = execution_cause([], pods, jobs, nodes, workload, at=eviction.at, missing=missing)
+    target = max(trainjob.metadata.rv, workload.metadata.rv)
+    return _End(cause=cause, target=target, evicted=True)
+
+
+_END_RULES: Final = (_finished_end, _evicted_end)
+"""How a TrainJob's end is seen now, in order: the first that answers wins."""
+
+
+def _chores(
+    record: Observed,
+    trainjob: TrainJob,
+    workload: Workload | None,
+    settings: KubeflowSettings,
+    now: datetime,
+) -> list[Housekeeping]:
+    """The writes that keep a recorded end true (see "Kueue eviction" and "Memory")."""
+    chores: list[Housekeeping] = []
+    deleting = trainjob.metadata.deleting
+    if record.evicted and workload is not None:
+        if workload.spec.active is not False:
+            chores.append(Housekeeping.DEACTIVATE)
+    elif not record.evicted and not trainjob.finished and not trainjob.suspended and not deleting:
+        chores.append(Housekeeping.SUSPEND)  # revived by the Trainer after its end (#3779)
+    if (
+        settings.retain_ended_s is not None
+        and record.ended_seen is not None
+        and not deleting
+        and now >= record.ended_seen + timedelta(seconds=settings.retain_ended_s)
+    ):
+        chores.append(Housekeeping.DELETE)
+    return chores
+
+
+def _restart_of(job: Job) -> int | None:
+    value = job.metadata.label(JOBSET_RESTART_LABEL)
+    return int(value) if value.isdigit() else None
 
 
 def _nodes(pods: Sequence[PodFacts]) -> tuple[str, ...]:
     return tuple(sorted({p.node for p in pods if p.node}))
 
 
+def _restart_cause(
+    r: int,
+    restarts: int,
+    name: str,
+    jobset: JobSet | None,
+    pods: Sequence[PodFacts],
+    jobs: Sequence[Job],
+    nodes: Mapping[str, NodeFacts],
+    missing: str,
+) -> Execution:
+    """Execution ``r`` of a JobSet that restarted past it (``restarts`` times so far), and why
+    it ended (facts B2)."""
+    mine = [p for p in pods if p.restart == r]
+    restarting = jobset.status.condition("RestartingJobSet") if jobset is not None else None
+    headline = [f"JobSet {name} restarted: status.restarts is {restarts}"]
+    if restarting is not None and restarting.true:
+        headline.append(
+            f"JobSet {name} RestartingJobSet ({restarting.reason or ''}): "
+            f"{restarting.message or ''}"
+        )
+    ended = execution_cause(
+        headline,
+        mine,
+        [j for j in jobs if _restart_of(j) == r],
+        nodes,
+        at=restarting.at if restarting is not None else None,
+        missing=missing,
+    )
+    return Execution(restart=r, cause=ended, nodes=_nodes(mine))
+
+
 def observe(
-    trainjob: Mapping[str, Any],
+    trainjob: TrainJob,
     *,
     cluster: str,
     settings: KubeflowSettings,
-    jobset: Mapping[str, Any] | None,
-    jobs: Sequence[Mapping[str, Any]],
+    jobset: JobSet | None,
+    jobs: Sequence[Job],
     pods: Sequence[PodFacts],
     nodes: Mapping[str, NodeFacts],
-    workload: Mapping[str, Any] | None,
+    workload: Workload | None,
     memory: Observed | None,
     caught_up: Callable[[int], bool],
     now: datetime,
@@ -241,162 +443,89 @@ def observe(
     Returns:
         The observation.
     """
-    meta = trainjob.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
-    job_id = str(labels.get(LABEL_JOB) or "")
-    submission = read_number(labels, LABEL_SUBMISSION)
-    attempt = read_number(labels, LABEL_ATTEMPT)
-    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-    ref = ObjectRef(cluster=cluster, id=f"{namespace}/{name}")
+    meta = trainjob.metadata
+    labels = meta.labels or {}
+    job_id = labels.get(LABEL_JOB) or ""
+    ref = ObjectRef(cluster=cluster, id=f"{meta.namespace}/{meta.name}")
     gate, gate_words = gate_state(trainjob, settings.gate, settings.gate_name)
-    persisted = decode_observed(annotations.get(ANNOTATION_OBSERVED))
+    persisted = decode_observed(meta.annotation(ANNOTATION_OBSERVED))
     record = merge_observed(persisted, memory)
     missing = "no pod disruption, node loss or failing container termination was seen"
     if evidence_note:
         missing += f" ({evidence_note})"
-
-    js_uid = str(((jobset or {}).get("metadata") or {}).get("uid") or "")
-    if js_uid:
-        pods = [p for p in pods if p.jobset_uid in ("", js_uid)]
-    restarts = int(((jobset or {}).get("status") or {}).get("restarts") or 0)
-    if jobset is None:
+    if jobset is not None and jobset.metadata.uid:
+        pods = [p for p in pods if p.jobset_uid in ("", jobset.metadata.uid)]
+    if jobset is not None:
+        restarts = jobset.restarts
+    else:
         restarts = max([e.restart + 1 for e in record.executions], default=0)
 
-    def base(**fields: Any) -> ObservedObject:
+    def shown(
+        phase: ObjectPhase, restarts: int, cause: Cause | None = None, nodes: tuple[str, ...] = ()
+    ) -> ObservedObject:
         return ObservedObject(
             ref=ref,
             name=object_name(job_id),
-            submission=submission,
-            attempt=attempt,
+            submission=read_number(labels, LABEL_SUBMISSION),
+            attempt=read_number(labels, LABEL_ATTEMPT),
             gate=gate,
             executions=record.executions,
-            **fields,
+            phase=phase,
+            restarts=restarts,
+            cause=cause,
+            nodes=nodes,
         )
 
     # 1. Earlier executions (JobSet restarts), recorded in order once the evidence is in.
-    waiting = False
-    recorded = {e.restart for e in record.executions}
-    for r in range(restarts):
-        if r in recorded or record.ended is not None:
-            continue
-        if not caught_up(resource_version(jobset)):
-            waiting = True
-            break
-        mine = [p for p in pods if p.restart == r]
-        restarting = condition(jobset, "RestartingJobSet")
-        headline = [f"JobSet {name} restarted: status.restarts is {restarts}"]
-        if restarting is not None and restarting.get("status") == "True":
-            headline.append(
-                f"JobSet {name} RestartingJobSet ({restarting.get('reason') or ''}): "
-                f"{restarting.get('message') or ''}"
-            )
-        ended = execution_cause(
-            headline,
-            mine,
-            [j for j in jobs if _restart_of(j) == r],
-            nodes,
-            at=parse_time((restarting or {}).get("lastTransitionTime")),
-            missing=missing,
-        )
-        record = msgspec.structs.replace(
-            record,
-            executions=(*record.executions, Execution(restart=r, cause=ended, nodes=_nodes(mine))),
-        )
-        recorded.add(r)
-    if waiting:
-        first = min(set(range(restarts)) - recorded)
-        return _result(
-            job_id, base(phase=ObjectPhase.STOPPING, restarts=first), record, persisted, True
-        )
+    if record.ended is None:
+        recorded = {e.restart for e in record.executions}
+        for r in (r for r in range(restarts) if r not in recorded):
+            if not caught_up(jobset.metadata.rv if jobset is not None else 0):
+                stopping = shown(ObjectPhase.STOPPING, r)
+                return _result(job_id, stopping, record, persisted, True)
+            execution = _restart_cause(r, restarts, meta.name, jobset, pods, jobs, nodes, missing)
+            record = msgspec.structs.replace(record, executions=(*record.executions, execution))
 
     current = [p for p in pods if p.restart in (restarts, None)]
     current_jobs = [j for j in jobs if _restart_of(j) in (restarts, None)]
-    deleting = bool(meta.get("deletionTimestamp"))
-    suspended = bool((trainjob.get("spec") or {}).get("suspend"))
 
-    # 2. The end: recorded, or seen now.
+    # 2. The end: recorded, or seen now (decided once the watches caught up).
     if record.ended is None:
-        cause: Cause | None = None
-        target = resource_version(trainjob)
-        evicted = False
-        if condition(trainjob, "Complete") is not None or condition(trainjob, "Failed") is not None:
-            cause = terminal_cause(
-                trainjob, current, current_jobs, nodes, workload, missing=missing
-            )
-        if cause is None and gate is GateState.OPEN and suspended:
-            eviction = kueue_eviction(workload)
-            if eviction is not None:
-                evicted = True
-                target = max(target, resource_version(workload))
-                cause = execution_cause(
-                    [], current, current_jobs, nodes, workload, at=eviction.at, missing=missing
-                )
-        if cause is not None:
-            if not caught_up(target):
-                return _result(
-                    job_id,
-                    base(phase=ObjectPhase.STOPPING, restarts=restarts),
-                    record,
-                    persisted,
-                    True,
-                )
+        for end_rule in _END_RULES:
+            end = end_rule(trainjob, current, current_jobs, nodes, workload, gate, missing)
+            if end is None:
+                continue
+            if not caught_up(end.target):
+                stopping = shown(ObjectPhase.STOPPING, restarts)
+                return _result(job_id, stopping, record, persisted, True)
             record = msgspec.structs.replace(
                 record,
-                ended=cause,
+                ended=end.cause,
                 ended_restart=restarts,
                 ended_nodes=_nodes(current),
                 ended_seen=now,
-                evicted=evicted,
+                evicted=end.evicted,
             )
+            break
     if record.ended is not None:
-        chores: list[Housekeeping] = []
-        finished = (
-            condition(trainjob, "Complete") is not None or condition(trainjob, "Failed") is not None
-        )
-        if record.evicted and workload is not None:
-            if (workload.get("spec") or {}).get("active") is not False:
-                chores.append(Housekeeping.DEACTIVATE)
-        elif not record.evicted and not finished and not suspended and not deleting:
-            chores.append(Housekeeping.SUSPEND)  # revived by the Trainer after its end (#3779)
-        if (
-            settings.retain_ended_s is not None
-            and record.ended_seen is not None
-            and not deleting
-            and now >= record.ended_seen + timedelta(seconds=settings.retain_ended_s)
-        ):
-            chores.append(Housekeeping.DELETE)
-        observed = base(
-            phase=ObjectPhase.ENDED,
-            cause=record.ended,
-            restarts=record.ended_restart,
-            nodes=record.ended_nodes,
-        )
-        return _result(job_id, observed, record, persisted, False, chores)
+        ended = shown(ObjectPhase.ENDED, record.ended_restart, record.ended, record.ended_nodes)
+        chores = _chores(record, trainjob, workload, settings, now)
+        return _result(job_id, ended, record, persisted, False, chores)
 
-    # 3. Alive.
+    # 3. Alive: the first of ALIVE_RULES that applies.
     lost, lost_on = lost_nodes(current, nodes)
-    nodes_now = _nodes([p for p in current if not p.deleted])
-    if deleting:
-        observed = base(phase=ObjectPhase.STOPPING, restarts=restarts, cause=lost, nodes=nodes_now)
-    elif gate is GateState.ADMIN_HELD:
-        held = Cause(kind=CauseKind.HELD, provenance=Provenance.SCHEDULER, detail=gate_words)
-        observed = base(phase=ObjectPhase.PENDING, restarts=restarts, cause=held)
-    elif gate is GateState.CLOSED:
-        observed = base(phase=ObjectPhase.PENDING, restarts=restarts)
-    elif lost is not None:
-        observed = base(
-            phase=ObjectPhase.RUNNING,
-            restarts=restarts,
-            cause=lost,
-            nodes=tuple(sorted({*nodes_now, *lost_on})),
-        )
-    elif any(p.phase == "Running" and not p.deleting and not p.deleted for p in current):
-        observed = base(phase=ObjectPhase.RUNNING, restarts=restarts, nodes=nodes_now)
-    elif any(p.deleting or p.finished for p in current if not p.deleted) and not suspended:
-        observed = base(phase=ObjectPhase.STOPPING, restarts=restarts, nodes=nodes_now)
-    else:
-        observed = base(phase=ObjectPhase.PENDING, restarts=restarts, nodes=nodes_now)
+    alive = Now(
+        deleting=meta.deleting,
+        gate=gate,
+        gate_words=gate_words,
+        suspended=trainjob.suspended,
+        pods=tuple(current),
+        lost=lost,
+        lost_on=lost_on,
+        nodes=_nodes([p for p in current if not p.deleted]),
+    )
+    rule = alive_rule(alive)
+    observed = shown(rule.phase, restarts, rule.cause(alive), rule.nodes(alive))
     return _result(job_id, observed, record, persisted, False)
 
 

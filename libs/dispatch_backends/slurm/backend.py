@@ -143,8 +143,11 @@ class SlurmBackend:
             max_concurrency=self._settings.max_concurrency,
             bin_dir=self._settings.bin_dir,
             slurm_conf=self._settings.slurm_conf,
+            run_as=self._settings.run_as,
         )
         self._user = self._settings.user or _current_user()
+        self._users = tuple(dict.fromkeys((self._user, *self._settings.users)))
+        """Whose jobs discovery lists: the backend's user and every owner it may act for."""
         self._memory = Memory()
         self._lock = asyncio.Lock()
 
@@ -189,6 +192,9 @@ class SlurmBackend:
                 printed no job id: a job may exist (discovery finds it by its comment).
             Unreachable: sbatch could not reach slurmctld (nothing was made).
         """
+        refused = self._settings.refuse_owner(launch.spec.owner)
+        if refused is not None:
+            raise LaunchRefusedError(self._cluster, refused)
         if launch.resume:
             made = await self._made_by_a_cut_off_sbatch(launch)
             if made is not None:
@@ -200,7 +206,12 @@ class SlurmBackend:
         except InvalidSpec as err:
             raise LaunchRefusedError(self._cluster, str(err)) from err
         try:
-            result = await self._runner.run("sbatch", *sub.args, stdin=sub.script.encode())
+            result = await self._runner.run(
+                "sbatch",
+                *sub.args,
+                stdin=sub.script.encode(),
+                as_user=self._as(launch.spec.owner),
+            )
         except CommandTimeout as err:
             raise LaunchUnknownError(self._cluster, err.detail) from err
         except Unreachable as err:
@@ -221,9 +232,30 @@ class SlurmBackend:
                 "slurm_job": job_id,
                 "submission": launch.submission,
                 "attempt": launch.attempt,
+                "owner": launch.spec.owner or self._user,
             },
         )
         return ObjectRef(cluster=self._cluster, id=job_id)
+
+    def _as(self, user: str) -> str | None:
+        """The user a command for a job of ``user`` runs as through ``run_as``: ``None``
+        (as the backend itself) for no owner, the backend's own user, or a user it may not
+        act for (then Slurm itself says no, in its words)."""
+        if not user or user == self._user or user not in self._settings.users:
+            return None
+        return user
+
+    async def _owner_of(self, ref: ObjectRef) -> str | None:
+        """The owner a release or cancel of ``ref`` runs as: the Slurm job's own user
+        (squeue), when the backend acts for owners at all; ``None`` otherwise, or when
+        slurmctld no longer knows the job."""
+        if not self._settings.users:
+            return None
+        try:
+            _, _, user = await self._queue_state(ref)
+        except ObjectNotFound:
+            return None
+        return self._as(user)
 
     async def _made_by_a_cut_off_sbatch(self, launch: Launch) -> ObjectRef | None:
         """For a repeated start of a launch (``Launch.resume``): the job an earlier, cut-off
@@ -269,9 +301,10 @@ class SlurmBackend:
             )
         return None
 
-    async def _queue_state(self, ref: ObjectRef) -> tuple[str, str]:
+    async def _queue_state(self, ref: ObjectRef) -> tuple[str, str, str]:
+        """(State, Reason, UserName) of ``ref`` from squeue."""
         result = await self._runner.run(
-            "squeue", "-h", "-t", "all", "-j", ref.id, "-O", "State:|,Reason:|"
+            "squeue", "-h", "-t", "all", "-j", ref.id, "-O", "State:|,Reason:|,UserName:|"
         )
         if result.returncode != 0:
             if _INVALID_JOB in result.words:
@@ -280,8 +313,8 @@ class SlurmBackend:
         line = result.stdout.strip()
         if not line:
             raise ObjectNotFound(self._cluster, ref.id)
-        state, _, rest = line.partition("|")
-        return state.strip(), rest.split("|", 1)[0].strip()
+        state, reason, user = ([*line.split("|"), "", ""])[:3]
+        return state.strip(), reason.strip(), user.strip()
 
     async def open_gate(self, ref: ObjectRef) -> None:
         """Open dispatch's gate: ``scontrol release`` of a job held by its user hold
@@ -294,12 +327,12 @@ class SlurmBackend:
             ObjectNotFound: slurmctld doesn't know the job.
             Unreachable: slurmctld can't be reached.
         """
-        state, reason = await self._queue_state(ref)
+        state, reason, user = await self._queue_state(ref)
         if reason == ADMIN_HOLD:
             raise AdminHeldError(self._cluster, ref.id)
         if state != "PENDING" or reason not in USER_HOLDS:
             return
-        result = await self._runner.run("scontrol", "release", ref.id)
+        result = await self._runner.run("scontrol", "release", ref.id, as_user=self._as(user))
         if result.returncode != 0 and "already finished" not in result.words:
             raise BackendError(self._cluster, f"scontrol release {ref.id}: {result.words}")
         log.info("slurm.gate.opened", extra={"slurm_job": ref.id})
@@ -313,10 +346,13 @@ class SlurmBackend:
             Unreachable: slurmctld can't be reached.
             BackendError: scancel said no.
         """
-        result = await self._runner.run("scancel", ref.id)
+        await self._scancel(ref, await self._owner_of(ref))
+        log.info("slurm.job.stopping", extra={"slurm_job": ref.id})
+
+    async def _scancel(self, ref: ObjectRef, owner: str | None, *args: str) -> None:
+        result = await self._runner.run("scancel", *args, ref.id, as_user=owner)
         if result.returncode != 0 and _INVALID_JOB not in result.words:
             raise BackendError(self._cluster, f"scancel {ref.id}: {result.words}")
-        log.info("slurm.job.stopping", extra={"slurm_job": ref.id})
 
     async def emergency_stop(self, ref: ObjectRef) -> None:
         """``scancel --signal=KILL --full`` (SIGKILL to the batch script, its children and
@@ -330,8 +366,9 @@ class SlurmBackend:
         Raises:
             Unreachable: slurmctld can't be reached.
         """
-        await self._runner.run("scancel", "--signal=KILL", "--full", ref.id)
-        await self.stop(ref)
+        owner = await self._owner_of(ref)
+        await self._runner.run("scancel", "--signal=KILL", "--full", ref.id, as_user=owner)
+        await self._scancel(ref, owner)
         log.info("slurm.job.emergency_stop", extra={"slurm_job": ref.id})
 
     async def discover(self, expected: Collection[ObjectRef] = ()) -> Snapshot:
@@ -411,11 +448,11 @@ class SlurmBackend:
             result = await self._runner.run("squeue", "--json")
             self._check(result)
             try:
-                return [j for j in parse_squeue_json(result.stdout) if j.user == self._user]
+                return [j for j in parse_squeue_json(result.stdout) if j.user in self._users]
             except ParseError as err:
                 raise Unreachable(self._cluster, f"squeue --json: {err}") from err
         result = await self._runner.run(
-            "squeue", "-h", "-t", "all", "-u", self._user, "-O", _QUEUE_FORMAT
+            "squeue", "-h", "-t", "all", "-u", ",".join(self._users), "-O", _QUEUE_FORMAT
         )
         self._check(result)
         try:

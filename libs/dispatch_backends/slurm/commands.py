@@ -25,6 +25,7 @@ from typing import Final
 
 import msgspec
 
+from dispatch_backends.environment import execution_base_env
 from dispatch_backends.protocol import Unreachable
 
 __all__ = [
@@ -115,6 +116,7 @@ class Runner:
         bin_dir: str = "",
         slurm_conf: str = "",
         base_env: Mapping[str, str] | None = None,
+        run_as: Sequence[str] = (),
     ) -> None:
         """Run commands for ``cluster``.
 
@@ -124,13 +126,18 @@ class Runner:
             max_concurrency: commands in flight at once.
             bin_dir: directory of the commands (empty: ``PATH``).
             slurm_conf: ``SLURM_CONF`` (empty: inherited).
-            base_env: the environment (default: this process's, read at each call).
+            base_env: the environment (default: this process's, read at each call); the
+                services' credentials are dropped from it either way (``sbatch --export=ALL``
+                would hand them to the job: ``dispatch_backends.environment``).
+            run_as: the prefix that runs a command as another user, ``{user}`` replaced
+                (``sudo -n -u {user} --``; see :meth:`run`'s ``as_user``).
         """
         self.cluster = cluster
         self.timeout_s = timeout_s
         self.bin_dir = bin_dir
         self.slurm_conf = slurm_conf
         self.base_env = base_env
+        self.run_as = tuple(run_as)
         self.extra_env: dict[str, str] = {}
         """Variables added to every command's environment (tests point ``SLURM_CONF`` at a
         config whose controller is unreachable)."""
@@ -140,7 +147,7 @@ class Runner:
 
     def env(self) -> dict[str, str]:
         """The environment of the next command."""
-        env = dict(os.environ if self.base_env is None else self.base_env)
+        env = execution_base_env(os.environ if self.base_env is None else self.base_env)
         for name in _DROPPED_ENV:
             env.pop(name, None)
         env["SLURM_TIME_FORMAT"] = "standard"
@@ -159,8 +166,11 @@ class Runner:
         *args: str,
         stdin: bytes | None = None,
         timeout_s: float | None = None,
+        as_user: str | None = None,
     ) -> CommandResult:
-        """Run Slurm command ``name`` with ``args``; return what it printed.
+        """Run Slurm command ``name`` with ``args``; return what it printed. With
+        ``as_user``, it runs as that user through the ``run_as`` prefix (its argv starts
+        with the prefix; a refusal by sudo is a non-zero exit with sudo's words).
 
         A non-zero exit is returned, not raised (callers read Slurm's words), unless the
         words say the controller could not be reached.
@@ -170,7 +180,12 @@ class Runner:
                 not reach slurmctld/slurmdbd.
             CommandTimeout: it did not finish in time (it was killed).
         """
-        argv = (self.program(name), *args)
+        prefix: tuple[str, ...] = ()
+        if as_user is not None:
+            if not self.run_as:
+                raise ValueError("no run_as prefix: can't run a command as another user")
+            prefix = tuple(arg.replace("{user}", as_user) for arg in self.run_as)
+        argv = (*prefix, self.program(name), *args)
         limit = self.timeout_s if timeout_s is None else timeout_s
         async with self._semaphore:
             self.calls += 1
@@ -187,7 +202,9 @@ class Runner:
                     start_new_session=True,
                 )
             except OSError as err:
-                raise Unreachable(self.cluster, f"cannot run {argv[0]}: {err}") from err
+                raise Unreachable(
+                    self.cluster, f"cannot run {' '.join(argv[: len(prefix) + 1])}: {err}"
+                ) from err
             try:
                 out, err_out = await asyncio.wait_for(proc.communicate(stdin), limit)
             except TimeoutError:
@@ -210,7 +227,7 @@ class Runner:
         log.debug(
             "slurm.command",
             extra={
-                "argv": list(argv[:3]),
+                "argv": list(argv[: len(prefix) + 3]),
                 "returncode": result.returncode,
                 "duration_s": round(result.duration_s, 3),
             },

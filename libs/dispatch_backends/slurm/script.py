@@ -60,6 +60,7 @@ __all__ = [
     "Submission",
     "batch_script",
     "check_option",
+    "leading_block",
     "prologue",
     "sbatch_args",
     "sbatch_directives",
@@ -98,18 +99,31 @@ def _is_shell(argv: Sequence[str]) -> bool:
     return program in _SHELLS
 
 
+def leading_block(script: str) -> list[tuple[int, str]]:
+    """The script's leading comment block, as ``(line number from 1, line)``: after the
+    ``#!`` line, every comment and blank line up to the first command. sbatch reads its
+    ``#SBATCH`` directives there only (a directive after a command is an ordinary comment),
+    and so does everything of dispatch's that reads directives (this backend,
+    ``dispatch sbatch``'s ``#DISPATCH`` lines)."""
+    lines = script.splitlines()
+    first = 1 if lines and lines[0].startswith("#!") else 0
+    block: list[tuple[int, str]] = []
+    for number, line in enumerate(lines[first:], start=first + 1):
+        if line.strip() and not line.lstrip().startswith("#"):
+            break
+        block.append((number, line))
+    return block
+
+
 def _split_script(script: str) -> tuple[str, list[str], list[str]]:
     """(shebang, header lines, body lines)."""
     lines = script.splitlines()
     shebang = "#!/bin/sh"
     if lines and lines[0].startswith("#!"):
-        shebang, lines = lines[0], lines[1:]
-    header: list[str] = []
-    i = 0
-    while i < len(lines) and (not lines[i].strip() or lines[i].lstrip().startswith("#")):
-        header.append(lines[i])
-        i += 1
-    return shebang, header, lines[i:]
+        shebang = lines[0]
+    block = leading_block(script)
+    end = block[-1][0] if block else (1 if lines and lines[0].startswith("#!") else 0)
+    return shebang, [line for _, line in block], lines[end:]
 
 
 def sbatch_directives(script: str) -> list[str]:

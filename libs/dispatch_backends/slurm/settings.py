@@ -12,7 +12,7 @@ from typing import Final
 
 import msgspec
 
-__all__ = ["OWNED_OPTIONS", "Accounting", "QueueFormat", "SlurmSettings"]
+__all__ = ["DEFAULT_RUN_AS", "OWNED_OPTIONS", "Accounting", "QueueFormat", "SlurmSettings"]
 
 
 class Accounting(enum.StrEnum):
@@ -54,6 +54,12 @@ job); a spec naming one is refused at start. ``requeue`` (``yes``/``no``) is rea
 through (see :mod:`dispatch_backends.slurm.script`)."""
 
 _UNIT: Final = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+DEFAULT_RUN_AS: Final = ("sudo", "-n", "-u", "{user}", "--")
+"""How a Slurm command is run as a job's owner: ``sudo -n -u <owner> -- sbatch ...``
+(non-interactive: a missing sudoers rule fails at once with sudo's words). The sudoers rule
+and why sudo rather than slurmrestd: ``deploy/slurm/README.md``, "Jobs run as their
+owners"."""
 
 
 class SlurmSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -103,6 +109,15 @@ class SlurmSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         min_job_age_s: the cluster's ``MinJobAge`` (Slurm's default 300 s): how long
             slurmctld keeps listing an ended job. Past it, a repeated start that finds no job
             of the launch can't tell that none was made, and leaves the outcome unknown.
+        users: the Unix users dispatch may run jobs as on this cluster (issue 16): a job
+            whose ``spec.owner`` is one of them is submitted, released and cancelled as
+            that user (``run_as``), and discovery lists their jobs too (``squeue -u``).
+            A job owned by anyone else is refused (by the API at submission, by the
+            backend at launch). Empty: every job runs as the backend's own user, and a job
+            with an owner is refused.
+        run_as: the command prefix that runs a Slurm command as a job's owner, with
+            ``{user}`` replaced (:data:`DEFAULT_RUN_AS`: ``sudo -n -u {user} --``;
+            ``runuser -u {user} --`` where the backend runs as root).
     """
 
     node_loss_window_s: float = 600.0
@@ -124,6 +139,8 @@ class SlurmSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     cessation_timeout_s: float = 60.0
     sbatch_settle_s: float = 120.0
     min_job_age_s: float = 300.0
+    users: tuple[str, ...] = ()
+    run_as: tuple[str, ...] = DEFAULT_RUN_AS
 
     def __post_init__(self) -> None:
         for name in (
@@ -143,3 +160,23 @@ class SlurmSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             raise ValueError(f"open_mode must be append or truncate, got {self.open_mode!r}")
         if self.user and not _UNIT.match(self.user):
             raise ValueError(f"user {self.user!r} is not a user name")
+        for name in self.users:
+            if not _UNIT.match(name) or name.startswith("-"):
+                raise ValueError(f"users: {name!r} is not a user name")
+        if self.users and not any("{user}" in arg for arg in self.run_as):
+            raise ValueError(f"run_as must contain {{user}}, got {list(self.run_as)}")
+
+    def refuse_owner(self, owner: str) -> str | None:
+        """Why a job owned by ``owner`` can't run on this cluster, or ``None`` when it can
+        (no owner, or one of ``users``)."""
+        if not owner or owner in self.users:
+            return None
+        if not self.users:
+            return (
+                f"this cluster runs every job as dispatch's own user (no `users` in its "
+                f"clusters file entry): it may not act for Unix user {owner!r}"
+            )
+        return (
+            f"dispatch may not act for Unix user {owner!r} on this cluster "
+            f"(its users: {', '.join(self.users)})"
+        )

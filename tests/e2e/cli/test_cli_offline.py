@@ -16,8 +16,8 @@ import msgspec
 import pytest
 
 from dispatch_cli.errors import UsageError
-from dispatch_cli.jobfile import PolicyFlags, build_submission, parse_causes
-from dispatch_cli.main import main, parse_duration
+from dispatch_cli.jobfile import PolicyFlags, build_submission, parse_causes, parse_duration
+from dispatch_cli.main import main
 from dispatch_cli.watching import MISSED_NOTE, Watcher
 from dispatch_core import (
     JOB_PLACEHOLDER,

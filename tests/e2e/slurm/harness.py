@@ -36,6 +36,7 @@ class SlurmRuntime(Installation[SlurmBackend]):
         poll_interval_s: float = 1.0,
         node_loss_window_s: float = 60.0,
         accounting_grace_s: float = 20.0,
+        users: tuple[str, ...] = (),
     ) -> None:
         self.out = tmp / "out"
         self.out.mkdir(parents=True, exist_ok=True)
@@ -45,6 +46,7 @@ class SlurmRuntime(Installation[SlurmBackend]):
             output_dir=str(self.out),
             workdir=str(tmp),
             open_mode="append",
+            users=users,
         )
         self.escalations: list[tuple[str, Escalation]] = []
         super().__init__(
@@ -60,6 +62,7 @@ class SlurmRuntime(Installation[SlurmBackend]):
                 f'output_dir = "{self.out}"\n'
                 f'workdir = "{tmp}"\n'
                 'open_mode = "append"\n'
+                f"users = {list(users)!r}\n".replace("'", '"')
             ),
             poll_interval_s=poll_interval_s,
             deliver=self._escalated,

@@ -34,6 +34,7 @@ from dispatch_core import (
     Provenance,
     Status,
     SubmissionOpened,
+    SubmissionWhy,
     encode,
 )
 from dispatch_nats import LatestStore, Layout, RecordStore
@@ -182,7 +183,7 @@ def launched(job_id: str) -> list[JobEvent]:
     """Submission 1 opened, launched and running (as the supervisor commits it)."""
     t = now()
     return [
-        SubmissionOpened(job_id=job_id, at=t, submission=1, why="initial"),
+        SubmissionOpened(job_id=job_id, at=t, submission=1, why=SubmissionWhy.INITIAL),
         LaunchIntended(job_id=job_id, at=t, submission=1, attempt=1),
         LaunchRecorded(job_id=job_id, at=t, submission=1, attempt=1, ref=ref(job_id)),
         GateOpened(job_id=job_id, at=t, ref=ref(job_id)),
@@ -214,7 +215,7 @@ def unknown_launch(job_id: str) -> list[JobEvent]:
     """Submission 1 opened and its only launch's outcome unknown (all-unknown:1)."""
     t = now()
     return [
-        SubmissionOpened(job_id=job_id, at=t, submission=1, why="initial"),
+        SubmissionOpened(job_id=job_id, at=t, submission=1, why=SubmissionWhy.INITIAL),
         LaunchIntended(job_id=job_id, at=t, submission=1, attempt=1),
         LaunchUnknown(job_id=job_id, at=t, submission=1, attempt=1, detail="timed out"),
     ]

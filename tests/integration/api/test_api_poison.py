@@ -5,22 +5,28 @@ listings, still answer (the listings name the job apart, under ``unreadable``)."
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 import pytest
 from nats.aio.client import Client as NATS
 
+from dispatch_cli.errors import EXIT_OK, EXIT_UNREADABLE, ApiError
+from dispatch_cli.main import main
 from dispatch_core import (
     Actor,
     ActorKind,
     CancelRequested,
     EscalationCommitted,
+    State,
     WriterKind,
     encode,
 )
 from dispatch_nats import RecordStore
-from tests.integration.api.support import Api, now
-from tests.integration.api.test_api_stream import next_event, stream
+from dispatch_sdk import Client
+from tests.integration.api.support import HUMAN_TOKEN, Api, now
+from tests.integration.api.test_api_stream import next_event, status, stream
 
 pytestmark = pytest.mark.integration
 
@@ -108,3 +114,72 @@ async def test_an_unreadable_record_is_that_jobs_problem_only(api: Api, nc: NATS
     before = await api.call("GET", f"/v1/jobs/{bad}/record?after={seq}")
     assert before.status == 200, before.text
     assert before.body["events"] == []
+
+
+async def test_a_poisoned_job_that_had_a_status_is_marked_and_the_cli_says_so(
+    api: Api, nc: NATS, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With the supervisor's Statuses published (it then leaves a poisoned job alone, so
+    that job's Status goes stale): the listing keeps the job's row marked ``unreadable``
+    and names the event apart; its status stream says so at once, even though a Status is
+    there to send; and the CLI (`dispatch watch`, `dispatch status`, `dispatch
+    escalations`) says so and ends at once with exit 9, instead of retrying."""
+    bad = (await api.submit(job_id="stale"))["job_id"]
+    good = (await api.submit(job_id="fine"))["job_id"]
+    for job_id in (bad, good):
+        await api.publish(status(job_id, State.RUNNING, await api.records.last_seq(job_id)))
+    seq = await _poison(api, nc, bad, "undecodable")
+
+    jobs = await api.call("GET", "/v1/jobs")
+    assert jobs.status == 200, jobs.text
+    rows = {j["job_id"]: j for j in jobs.body["jobs"]}
+    assert (rows[bad]["state"], rows[bad]["unreadable"]) == ("running", True)
+    assert rows[good]["unreadable"] is False
+    assert [(u["job_id"], u["seq"]) for u in jobs.body["unreadable"]] == [(bad, seq)]
+    running = await api.call("GET", "/v1/jobs?state=running")
+    assert {j["job_id"]: j["unreadable"] for j in running.body["jobs"]} == {
+        bad: True,
+        good: False,
+    }
+
+    async with stream(api, bad) as (response, source):
+        assert response.status == 200
+        error = await next_event(source)
+        assert error.event == "error"
+        _names(json.loads(error.data)["error"], bad, seq)
+    async with stream(api, good) as (response, source):  # the other job streams as ever
+        assert (await next_event(source)).event == "status"
+
+    # The CLI is synchronous: it runs in a thread while this loop serves the API.
+    def cli(*args: str) -> int:
+        return main([*args, "--api", api.url, "--token", HUMAN_TOKEN])
+
+    started = time.monotonic()
+    assert await asyncio.to_thread(cli, "watch", bad) == EXIT_UNREADABLE
+    assert time.monotonic() - started < 30  # at once, not after 120 s of resuming
+    err = capsys.readouterr().err
+    assert "stream lost" not in err
+    assert f"record of job {bad!r}, event seq {seq}" in err
+    assert "422 record-unreadable" in err
+
+    assert await asyncio.to_thread(cli, "status") == EXIT_OK
+    table = capsys.readouterr().out
+    [bad_row] = [line.split() for line in table.splitlines() if line.startswith(f"{bad} ")]
+    assert bad_row[1:3] == ["unreadable", "record"]
+    [good_row] = [line.split() for line in table.splitlines() if line.startswith(f"{good} ")]
+    assert good_row[1] == "running"
+    assert f"unreadable: {bad}: event seq {seq}: " in table
+
+    assert await asyncio.to_thread(cli, "status", bad) == EXIT_UNREADABLE
+    assert f"event seq {seq}" in capsys.readouterr().err
+    assert await asyncio.to_thread(cli, "escalations", "--all") == EXIT_OK
+    assert f"unreadable: {bad}: event seq {seq}: " in capsys.readouterr().out
+
+    # The SDK's watch too: it raises at once (it used to resume the ended stream for ever).
+    def sdk_watch() -> None:
+        for _ in Client(api.url, HUMAN_TOKEN).watch(bad):
+            pass
+
+    with pytest.raises(ApiError) as caught:
+        await asyncio.to_thread(sdk_watch)
+    assert (caught.value.status, caught.value.code) == (422, "record-unreadable")

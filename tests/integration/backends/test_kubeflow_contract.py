@@ -1,8 +1,8 @@
 """The backend contract suite, run on the kubeflow backend in both gate modes.
 
 The real ``kubernetes`` client talks to the real-apiserver lane's kube-apiserver 1.20.2 (through
-a TCP proxy that can cut or refuse its connections: the contract's outage); the cluster simulator
-plays the controllers, writing through the same server.
+the lane's HTTP proxy, which can cut or refuse its connections: the contract's outage); the
+cluster simulator plays the controllers, writing through the same server.
 """
 
 from __future__ import annotations

@@ -35,7 +35,6 @@ from dispatch_core.state import (
 )
 from dispatch_core.steps import Commit, Launch, OpenGate, Pass, Stop
 from tests.contract.backend_contract import Program, make_launch, new_job_id
-from tests.fakes.kube_apiserver import NODES, TRAINJOBS
 from tests.integration.backends.test_kubeflow_support import (
     NS,
     KubeflowHarness,
@@ -44,6 +43,7 @@ from tests.integration.backends.test_kubeflow_support import (
     real_simulated,
 )
 from tests.servers.kube import KubeApiServer
+from tests.servers.kube_resources import NODES, TRAINJOBS
 from tests.util import assert_eventually
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -18,11 +18,10 @@ from dispatch_backends.protocol import BackendError, LaunchRefusedError, Snapsho
 from dispatch_core.state import CauseKind, JobSpec, ObjectPhase
 from tests.contract.backend_contract import Program, make_launch, new_job_id
 from tests.fakes.kube_controller import ClusterSimulator
-from tests.fakes.kube_store import TRAINJOBS
 from tests.integration.backends.test_kubeflow_scenarios import running
 from tests.integration.backends.test_kubeflow_support import NS, KubeflowHarness, real_kube_env
 from tests.servers.kube import KubeApiServer
-from tests.servers.kube_lane import RealKube
+from tests.servers.kube_resources import TRAINJOBS
 from tests.servers.pytest_kube_real import SA_NAME, SA_NAMESPACE, manifest_docs
 from tests.util import assert_eventually
 
@@ -90,7 +89,7 @@ async def test_rbac_taken_away_mid_run_changes_no_job_and_discovery_recovers(
 ) -> None:
     job = new_job_id()
     ref = await running(harness, job)
-    lab = cast(RealKube, harness.server).lab
+    lab = harness.server.lab
     with rbac_taken_away(lab):
         err = await refused(harness)
         assert "403 Forbidden" in err.detail, err.detail
@@ -111,7 +110,7 @@ async def test_a_token_the_server_does_not_know_is_401_and_recovers_with_a_good_
     good = config.api_key["authorization"]
     config.api_key["authorization"] = "rotated-away"  # every client of the backend shares it
     try:
-        cast(RealKube, harness.server).drop_watches()  # the watches reconnect with it
+        harness.server.drop_watches()  # the watches reconnect with it
         err = await refused(harness)
         assert "401 Unauthorized" in err.detail, err.detail
         with pytest.raises(Unreachable, match="401"):  # nothing was made: the launch is retried
@@ -180,7 +179,7 @@ async def test_a_relist_refused_after_a_real_410_changes_no_job_and_discovery_re
     or gone."""
     job = new_job_id()
     ref = await running(harness, job)
-    env = cast(RealKube, harness.server)
+    env = harness.server
     pods = harness.backend._reflectors[("pods", NS)]
     lists = pods.lists
     with pod_lists_forbidden(env.lab):
@@ -218,7 +217,7 @@ async def test_a_create_unauthorized_is_unreachable_and_the_retry_makes_one_trai
             await harness.backend.start(launch)
     finally:
         config.api_key["authorization"] = good
-    store = cast(RealKube, harness.server).store
+    store = harness.server.store
     items, _, _ = store.list_objects(TRAINJOBS, NS)
     assert items == []
     ref = await harness.backend.start(launch)

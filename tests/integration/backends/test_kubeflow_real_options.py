@@ -13,8 +13,8 @@ from dispatch_backends.kubeflow import GateMode, KubeflowBackend, KubeflowSettin
 from dispatch_backends.protocol import LaunchRefusedError
 from dispatch_core.state import JobSpec
 from tests.contract.backend_contract import make_launch, new_job_id
-from tests.fakes.kube_store import TRAINJOBS
 from tests.servers.kube import KubeApiServer
+from tests.servers.kube_resources import TRAINJOBS
 from tests.unit.kubeflow.test_body_options import ALL
 
 pytestmark = pytest.mark.integration

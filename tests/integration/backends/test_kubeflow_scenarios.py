@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 
-from dispatch_backends.kubeflow import ForeignObjectError, GateMode
-from dispatch_backends.kubeflow.names import ADMISSION_GATED_BY, ANNOTATION_OBSERVED
+from dispatch_backends.kubeflow import GateMode
+from dispatch_backends.kubeflow.names import ANNOTATION_OBSERVED
 from dispatch_backends.kubeflow.observe import decode_observed
-from dispatch_backends.kubeflow.watch import Reflector
 from dispatch_core.state import (
     CauseKind,
     GateState,
@@ -29,42 +28,23 @@ from dispatch_core.state import (
     Provenance,
 )
 from tests.contract.backend_contract import Program, make_launch, new_job_id
-from tests.fakes.kube_apiserver import PODS, TRAINJOBS, FakeKubeApiServer
 from tests.fakes.kube_controller import ClusterSimulator
-from tests.integration.backends.test_kubeflow_support import (
-    NS,
-    KubeflowHarness,
-    kube_env,
-    real_kube_env,
-)
+from tests.integration.backends.test_kubeflow_support import NS, KubeflowHarness, real_kube_env
+from tests.servers.kube_lane import RealKube
+from tests.servers.kube_resources import TRAINJOBS
 from tests.util import assert_eventually
 
-__all__ = ["kube_env", "real_kube_env"]
+__all__ = ["real_kube_env"]
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 async def harness(
-    real_kube_env: tuple[Any, ClusterSimulator],
+    real_kube_env: tuple[RealKube, ClusterSimulator],
 ) -> AsyncIterator[KubeflowHarness]:
     """The backend (as the deploy/kubernetes ServiceAccount) on the real kube-apiserver."""
     server, cluster = real_kube_env
-    h = KubeflowHarness(server, cluster, GateMode.KUEUE)
-    try:
-        yield h
-    finally:
-        await h.cleanup()
-
-
-@pytest.fixture
-async def fake_harness(
-    kube_env: tuple[FakeKubeApiServer, ClusterSimulator],
-) -> AsyncIterator[KubeflowHarness]:
-    """The backend on the fake API server: for what only the fake can stage (a Python
-    admission hook, a record of every request, faults at a chosen event of a watch); the
-    real-server versions of these are in test_kubeflow_real_faults.py."""
-    server, cluster = kube_env
     h = KubeflowHarness(server, cluster, GateMode.KUEUE)
     try:
         yield h
@@ -300,57 +280,8 @@ async def test_the_first_end_is_kept_when_the_trainer_revives_the_trainjob(
         await fresh.cleanup()
 
 
-async def test_admin_gate_left_by_someone_else_is_admin_held(
-    fake_harness: KubeflowHarness,
-) -> None:
-    # facts B4: admission-gated-by is set at creation (here a site's webhook adds its own
-    # gate); dispatch removes only its own, and the other keeps the TrainJob held.
-    harness = fake_harness
-    store = harness.server.store
-
-    def site_gate(op: str, rt: Any, obj: dict[str, Any], old: Any) -> dict[str, Any]:
-        if rt == TRAINJOBS and op == "CREATE":
-            annotations = obj["metadata"].setdefault("annotations", {})
-            gates = annotations.get(ADMISSION_GATED_BY, "")
-            annotations[ADMISSION_GATED_BY] = ",".join(filter(None, [gates, "site.example/audit"]))
-        return obj
-
-    store.mutating_hooks.append(site_gate)
-    job = new_job_id()
-    ref = await harness.start(job, Program.SLEEP)
-
-    def held(observed: ObservedObject) -> None:
-        assert observed.phase is ObjectPhase.PENDING, observed
-        assert observed.gate is GateState.ADMIN_HELD, observed
-        assert observed.cause is not None
-        assert observed.cause.kind is CauseKind.HELD
-        assert observed.cause.provenance is Provenance.SCHEDULER
-        assert "site.example/audit" in observed.cause.detail
-
-    await harness.wait_for(job, ref, held)
-    await harness.backend.open_gate(ref)
-    tj = harness.trainjob(ref)
-    assert tj is not None
-    assert tj["metadata"]["annotations"][ADMISSION_GATED_BY] == "site.example/audit"
-    await harness.wait_for(job, ref, held)
-    await asyncio.sleep(0.5)
-    assert await harness.execution_env(ref) is None, "it ran while someone else's gate held it"
-    store.mutating_hooks.remove(site_gate)
-    # the site lifts its gate (removing is allowed); Kueue admits it
-    await asyncio.to_thread(
-        store.patch,
-        TRAINJOBS,
-        NS,
-        name_of(ref),
-        "json",
-        [{"op": "remove", "path": "/metadata/annotations/kueue.x-k8s.io~1admission-gated-by"}],
-    )
-    observed = await harness.wait_phase(job, ref, ObjectPhase.RUNNING)
-    assert observed.gate is GateState.OPEN
-
-
 async def test_suspend_mode_someone_elses_suspend_is_admin_held(
-    real_kube_env: tuple[Any, ClusterSimulator],
+    real_kube_env: tuple[RealKube, ClusterSimulator],
 ) -> None:
     server, cluster = real_kube_env
     harness = KubeflowHarness(server, cluster, GateMode.SUSPEND)
@@ -366,113 +297,6 @@ async def test_suspend_mode_someone_elses_suspend_is_admin_held(
         assert observed.cause.detail == "spec.suspend: true (dispatch.dev/gate: open)"
     finally:
         await harness.cleanup()
-
-
-async def test_a_foreign_trainjob_is_reported_and_never_touched(
-    fake_harness: KubeflowHarness,
-) -> None:
-    harness = fake_harness
-    job = new_job_id()
-    await harness.inject_foreign(job)
-    ref = ObjectRef(cluster=harness.backend.cluster, id=f"{NS}/dj-{job}")
-    await asyncio.to_thread(
-        harness.server.store.patch,
-        TRAINJOBS,
-        NS,
-        f"dj-{job}",
-        "merge",
-        {"spec": {"suspend": False}},
-    )
-    await harness.wait_phase(job, ref, ObjectPhase.RUNNING)
-    await step(harness.cluster.fail, NS, f"dj-{job}", exit_code=1)
-    observed = await harness.wait_phase(job, ref, ObjectPhase.ENDED)
-    assert observed.foreign
-    assert observed.name == f"dj-{job}"
-    for call in (harness.backend.stop, harness.backend.open_gate, harness.backend.emergency_stop):
-        with pytest.raises(ForeignObjectError):
-            await call(ref)
-    tj = harness.trainjob(ref)
-    assert tj is not None, "a foreign TrainJob must never be deleted"
-    assert ANNOTATION_OBSERVED not in (tj["metadata"].get("annotations") or {})
-    writes = [
-        r
-        for r in harness.server.requests
-        if r.method in ("PATCH", "PUT", "DELETE") and f"dj-{job}" in r.path
-    ]
-    assert writes == [], f"dispatch wrote to a foreign TrainJob: {writes}"
-
-
-async def test_a_watch_dropped_mid_stream_loses_no_evidence(fake_harness: KubeflowHarness) -> None:
-    harness = fake_harness
-    job = new_job_id()
-    ref = await running(harness, job)
-    pods_reflector: Reflector = harness.backend._reflectors[("pods", NS)]
-    lists_before, watches_before = pods_reflector.lists, pods_reflector.watches
-    server = harness.server
-    # The open pod watch is cut abruptly; reconnecting fails three times (backing off about
-    # 1.7 s), so the preemption happens while no watch is open; the first watch that opens
-    # again is cut abruptly after one event. Everything must come through by resuming from
-    # the last resourceVersion seen, without a relist.
-    server.faults.drop_next_watch(after_events=1, abrupt=True, resource=PODS)
-    server.faults.fail_next(3, status=500, path_contains="/pods", watch=True)
-    server.drop_watches(abrupt=True, resource=PODS)
-
-    def pod_watch_down() -> None:
-        assert server.active_watches(PODS) == 0
-
-    await assert_eventually(pod_watch_down, timeout_s=10)
-    await step(harness.cluster.preempt_by_scheduler, NS, name_of(ref))
-    cause = (await ended(harness, job, ref)).cause
-    assert cause is not None
-    assert cause.kind is CauseKind.PREEMPTED
-    assert pods_reflector.lists == lists_before, "a dropped watch resumes; it must not relist"
-    assert pods_reflector.watches >= watches_before + 3, "the pod watch was not reopened"
-
-
-async def test_a_410_relists_and_the_backend_goes_on(fake_harness: KubeflowHarness) -> None:
-    harness = fake_harness
-    job = new_job_id()
-    ref = await running(harness, job)
-    pods_reflector: Reflector = harness.backend._reflectors[("pods", NS)]
-    lists_before = pods_reflector.lists
-    harness.server.expire_watch_cache(PODS)
-    harness.server.drop_watches(resource=PODS)
-
-    def relisted() -> None:
-        assert pods_reflector.lists > lists_before
-
-    await assert_eventually(relisted, timeout_s=10)
-    await step(harness.cluster.oom_kill, NS, name_of(ref))
-    cause = (await ended(harness, job, ref)).cause
-    assert cause is not None
-    assert cause.kind is CauseKind.OUT_OF_MEMORY
-
-
-async def test_evidence_lost_in_a_410_gap_is_unknown_never_a_guess(
-    fake_harness: KubeflowHarness,
-) -> None:
-    # The pod watch can't reconnect while the preempted pod comes and goes, and by then its
-    # resourceVersion has expired: the relist no longer shows the pod, so its reason was never
-    # seen. The cause is unknown, saying so, not non-zero-exit (143) nor a guessed preemption.
-    harness = fake_harness
-    job = new_job_id()
-    ref = await running(harness, job)
-    server = harness.server
-    server.faults.fail_next(1000, status=500, path_contains="/pods", watch=True)
-    server.drop_watches(resource=PODS)
-
-    def pod_watch_down() -> None:
-        assert server.active_watches(PODS) == 0
-
-    await assert_eventually(pod_watch_down, timeout_s=10)
-    await step(harness.cluster.preempt_by_scheduler, NS, name_of(ref))
-    server.expire_watch_cache(PODS)
-    server.faults.clear()
-    cause = (await ended(harness, job, ref)).cause
-    assert cause is not None
-    assert cause.kind is CauseKind.UNKNOWN, cause
-    assert "FailedJobs" in cause.detail
-    assert "expired (410)" in cause.detail
 
 
 async def test_a_second_start_of_a_launch_returns_its_trainjob_pending_or_ended(

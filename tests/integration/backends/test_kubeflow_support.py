@@ -1,9 +1,10 @@
 """The kubeflow backend's plug-in for the contract suite, and what its scenario tests share.
 
-Everything talks to the fake API server (TEST DOUBLE, ``tests/fakes/kube_apiserver.py``) over
-HTTP through the real ``kubernetes`` client; the scripted cluster simulator
-(``tests/fakes/kube_controller.py``) plays the Trainer, JobSet, Job, Kueue and kubelet
-controllers in a background thread. This module holds no tests.
+Everything talks to the lane's real kube-apiserver (``tests/servers/kube.py``) through the real
+``kubernetes`` client and the lane's proxy (``tests/servers/kube_proxy.py``, for faults); the
+scripted cluster simulator (TEST DOUBLE, ``tests/fakes/kube_controller.py``) plays the Trainer,
+JobSet, Job, Kueue and kubelet controllers in a background thread, writing through the same
+server. This module holds no tests.
 """
 
 from __future__ import annotations
@@ -43,10 +44,10 @@ from dispatch_core.state import (
 )
 from dispatch_core.steps import AskCessation, Deliver, Launch, OpenGate, Pass, Step, Stop
 from tests.contract.backend_contract import FAIL_EXIT_CODE, BackendHarness, Program
-from tests.fakes.kube_apiserver import TRAINJOBS, FakeKubeApiServer
 from tests.fakes.kube_controller import ClusterSimulator, train_job_body
 from tests.servers.kube import KubeApiServer
 from tests.servers.kube_lane import RealKube
+from tests.servers.kube_resources import TRAINJOBS
 from tests.unit.core.helpers import Record, decisions
 from tests.unit.kubeflow.records import container_env
 from tests.util import assert_eventually
@@ -58,10 +59,8 @@ __all__ = [
     "KubeflowHarness",
     "Supervisor",
     "container_env",
-    "kube_env",
     "real_kube_env",
     "real_simulated",
-    "simulated",
 ]
 
 CLUSTER = "test-kubeflow"
@@ -71,7 +70,7 @@ IMAGE = "ghcr.io/example/train:1"
 
 
 class KubeflowHarness(BackendHarness):
-    """A :class:`KubeflowBackend` on the fake API server, with the simulator running.
+    """A :class:`KubeflowBackend` on the lane's server, with the simulator running.
 
     ``tick`` plays each contract program: a TrainJob whose trainer command is
     ``("contract", "succeed")`` succeeds once its pods run, ``"fail"`` exits
@@ -83,7 +82,7 @@ class KubeflowHarness(BackendHarness):
 
     def __init__(
         self,
-        server: FakeKubeApiServer,
+        server: RealKube,
         cluster: ClusterSimulator,
         gate: GateMode = GateMode.KUEUE,
         **settings: Any,
@@ -92,7 +91,7 @@ class KubeflowHarness(BackendHarness):
         self.server = server
         self.cluster = cluster
         self.api = server.api_client()
-        for key, value in getattr(server, "harness_settings", {}).items():
+        for key, value in server.harness_settings.items():
             settings.setdefault(key, value)
         settings.setdefault("namespaces", (NS,))
         settings.setdefault("queue", QUEUE if gate is GateMode.KUEUE else "")
@@ -121,12 +120,12 @@ class KubeflowHarness(BackendHarness):
         )
 
     def trainjob(self, ref: ObjectRef) -> dict[str, Any] | None:
-        """The TrainJob at ``ref`` in the fake's store (``None`` when gone)."""
+        """The TrainJob at ``ref`` on the server (``None`` when gone)."""
         namespace, _, name = ref.id.partition("/")
         return self.server.store.find(TRAINJOBS, namespace, name)
 
     def pods(self, ref: ObjectRef) -> list[dict[str, Any]]:
-        """The pods of ``ref`` in the fake's store."""
+        """The pods of ``ref`` on the server."""
         namespace, _, name = ref.id.partition("/")
         return self.cluster.pods(namespace, name)
 
@@ -176,11 +175,8 @@ class KubeflowHarness(BackendHarness):
     def unreachable(self) -> AbstractAsyncContextManager[None]:
         @contextlib.asynccontextmanager
         async def outage() -> AsyncIterator[None]:
-            self.server.faults.fail_next(10**6, status=500, watch=False)
-            try:
+            with self.server.outage():
                 yield
-            finally:
-                self.server.faults.clear()
 
         return outage()
 
@@ -213,36 +209,15 @@ class KubeflowHarness(BackendHarness):
 
 
 @contextlib.contextmanager
-def simulated(**options: Any) -> Iterator[tuple[FakeKubeApiServer, ClusterSimulator]]:
-    """A fake API server and a simulator (``options`` for :class:`ClusterSimulator`) reacting
-    in the background; the simulator's background errors are asserted at the end."""
-    with FakeKubeApiServer() as server:
-        cluster = ClusterSimulator(server.store, **options)
-        cluster.start()
-        try:
-            yield server, cluster
-        finally:
-            cluster.stop()
-            assert not cluster.errors, f"cluster simulator failed: {cluster.errors!r}"
-
-
-@pytest.fixture
-def kube_env() -> Iterator[tuple[FakeKubeApiServer, ClusterSimulator]]:
-    """:func:`simulated` with the simulator's defaults."""
-    with simulated() as env:
-        yield env
-
-
-@contextlib.contextmanager
 def real_simulated(
     lab: KubeApiServer, *, token: str | None = None, **options: Any
-) -> Iterator[tuple[Any, ClusterSimulator]]:
+) -> Iterator[tuple[RealKube, ClusterSimulator]]:
     """The lane's real kube-apiserver (namespace :data:`NS`, emptied before and after) and the
     simulator writing through it, reacting in the background; ``token`` is the backend's
     (the admin's by default). The simulator's background errors are asserted at the end."""
     env = RealKube(lab, NS, token=token)
     try:
-        cluster = ClusterSimulator(env.store, **options)  # type: ignore[arg-type]
+        cluster = ClusterSimulator(env.store, **options)
         cluster.start()
         try:
             yield env, cluster
@@ -256,7 +231,7 @@ def real_simulated(
 @pytest.fixture
 def real_kube_env(
     kube_lab: KubeApiServer, kube_dispatch_token: str
-) -> Iterator[tuple[Any, ClusterSimulator]]:
+) -> Iterator[tuple[RealKube, ClusterSimulator]]:
     """:func:`real_simulated` with the simulator's defaults; the backend runs as the
     ServiceAccount of ``deploy/kubernetes`` (its token, its RBAC), so every operation the
     tests make it perform is one that RBAC allows."""

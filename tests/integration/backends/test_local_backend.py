@@ -277,6 +277,13 @@ async def test_a_command_that_cannot_run_is_launch_failed(harness: LocalHarness)
     assert observed.cause.kind is CauseKind.LAUNCH_FAILED
     assert observed.cause.detail.startswith("cannot execute '/nonexistent/train'")
 
+    elsewhere = new_job_id()  # the program exists; the working directory doesn't
+    ref = await run(harness, elsewhere, ("/bin/true",), chdir="/nonexistent/run")
+    observed = await harness.wait_phase(elsewhere, ref, ObjectPhase.ENDED)
+    assert observed.cause is not None
+    assert observed.cause.kind is CauseKind.LAUNCH_FAILED
+    assert observed.cause.detail.startswith("cannot enter the working directory '/nonexistent/run'")
+
 
 async def test_scripts_env_and_working_directory(harness: LocalHarness, tmp_path: Path) -> None:
     job = new_job_id()
@@ -668,3 +675,20 @@ async def test_a_backend_without_idempotent_starts_makes_a_second_object(
         assert first != second
     finally:
         await harness.cleanup()
+
+
+async def test_an_execution_does_not_inherit_the_services_credentials(
+    harness: LocalHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backend runs inside a service whose environment holds its NATS identity; a job
+    that inherited ``SUPERVISOR_NATS_PASSWORD`` could write the record as the supervisor."""
+    monkeypatch.setenv("SUPERVISOR_NATS_PASSWORD", "s3cret")
+    monkeypatch.setenv("NOTIFIER_WEBHOOK_SECRET", "hook")
+    monkeypatch.setenv("SITE_SCRATCH", "/scratch")
+    job = new_job_id()
+    script = (
+        'echo "${SUPERVISOR_NATS_PASSWORD:-none} ${NOTIFIER_WEBHOOK_SECRET:-none} $SITE_SCRATCH"'
+    )
+    ref = await run(harness, job, ("/bin/sh", "-c", script))
+    await harness.wait_phase(job, ref, ObjectPhase.ENDED)
+    assert (await harness.output(ref)).strip() == "none none /scratch"

@@ -149,6 +149,8 @@ async def _refuse_everything_foreign(site: LockedNats, name: str) -> None:
             *(f"{api}.STREAM.{op}.{s}" for s in STREAMS for op in ("DELETE", "PURGE", "UPDATE")),
             *(f"{api}.STREAM.MSG.DELETE.{s}" for s in STREAMS),
             *(f"{api}.CONSUMER.DELETE.{s}.{c}" for s, c in DURABLES),
+            # the legacy ephemeral create, whose body may name (and update) any consumer
+            *(f"{api}.CONSUMER.CREATE.{s}" for s in STREAMS),
             f"{api}.STREAM.CREATE.FOREIGN",
             f"{api}.CONSUMER.CREATE.{LAYOUT.record_stream}.foreign",
             f"{api}.STREAM.LIST",
@@ -330,6 +332,8 @@ async def test_reader_reads_and_writes_nothing(site: LockedNats, streams: None) 
         await probe.publish_refused(LAYOUT.record_subject("probe", WriterKind.API))
         await probe.publish_refused(f"{LAYOUT.api_prefix}.STREAM.CREATE.{LAYOUT.record_stream}")
         await probe.publish_refused(LAYOUT.observer_subject("local"))
+        for stream in STREAMS:  # the legacy ephemeral create (test_nats_consumer_ownership)
+            await probe.publish_refused(f"{LAYOUT.api_prefix}.CONSUMER.CREATE.{stream}")
         assert not [e for e in errors if "subscription" in str(e).lower()], errors
         for sub in (heartbeats, statuses):
             await sub.unsubscribe()

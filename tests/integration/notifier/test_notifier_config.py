@@ -21,7 +21,7 @@ from services.notifier.config import (
     load_config,
     load_routes_file,
 )
-from services.notifier.routing import Route, Router, parse_route
+from services.notifier.routing import Route, Router, Severity, parse_route
 
 
 def test_env_config_converts_values_and_splits_lists() -> None:
@@ -59,7 +59,9 @@ def test_parse_route() -> None:
     assert parse_route("failed:*|cleanup-deadline = email + slack") == Route(
         ids=("failed:*", "cleanup-deadline"), channels=("email", "slack")
     )
-    assert parse_route("@critical=email") == Route(severities=("critical",), channels=("email",))
+    assert parse_route("@critical=email") == Route(
+        severities=(Severity.CRITICAL,), channels=("email",)
+    )
     assert parse_route("*=webhook") == Route(channels=("webhook",))
     for bad in ("failed:*", "=slack", "failed:*=", "a||b=slack", "@urgent=slack"):
         with pytest.raises(ValueError, match="route"):
@@ -74,7 +76,7 @@ def test_severity_and_first_matching_route() -> None:
             parse_route("@warning=pager"),
         ),
         default=("webhook",),
-        severity=(("overdue:9", "critical"),),
+        severity=(("overdue:9", Severity.CRITICAL),),
     )
     assert router.severity_of("failed:preempted") == "critical"
     assert router.severity_of("refused:2") == "critical"
@@ -207,7 +209,7 @@ def test_email_message_id_is_the_same_for_every_copy() -> None:
         id="unmatched:2/1",
         detail="launch 2/1 unknown",
         at=datetime(2026, 1, 1, tzinfo=UTC),
-        severity="warning",
+        severity=Severity.WARNING,
     )
     first, again = channel.message(notice), channel.message(notice)
     assert first["Message-ID"] == again["Message-ID"]

@@ -15,6 +15,7 @@ from dispatch_core import (
     ActorKind,
     Cause,
     CauseKind,
+    HoldHow,
     HoldKind,
     HoldPlaced,
     HoldReleased,
@@ -144,7 +145,7 @@ async def test_a_hold_no_longer_in_force_when_the_notifier_gets_to_it_is_not_not
     await append(store, _hold(job, 1, HoldKind.ACTOR))
     await append(
         store,
-        HoldReleased(job_id=job, at=datetime.now(UTC), instance=1, by=BOB, how="release"),
+        HoldReleased(job_id=job, at=datetime.now(UTC), instance=1, by=BOB, how=HoldHow.RELEASE),
     )
     await append(store, _hold(job, 2, HoldKind.ACTOR))
     await start_notifier(webhook_url=receiver.url("/hook"), held_notices=True)

@@ -119,14 +119,81 @@ def test_malformed_name_is_an_error_naming_it(entry: str, words: str) -> None:
     assert words in str(info.value)
 
 
-@pytest.mark.parametrize(("entry", "words"), list(MALFORMED.values()), ids=list(MALFORMED))
-def test_latest_never_skips_a_malformed_name(entry: str, words: str) -> None:
-    # Wherever it sorts and however many good names surround it, it is an error.
-    good = [encode_name(epoch(0, 1, 0), s, f"exec/a/step-{s}") for s in range(5)]
-    for entries in ([*good, entry], [entry, *good], [*good[:2], entry, *good[2:]]):
-        with pytest.raises(MalformedName) as info:
-            latest(entries)
-        assert info.value.entry == entry
+def _readable(entry: str) -> bool:
+    # Its own 20-digit epoch and step can be read: "<20 digits>-<20 digits>-".
+    return re.match(r"[0-9]{20}-[0-9]{20}-", entry, flags=re.ASCII) is not None
+
+
+UNREADABLE = {k: v for k, v in MALFORMED.items() if not _readable(v[0])}
+READABLE = {k: v for k, v in MALFORMED.items() if _readable(v[0])}
+# Each READABLE malformation with an epoch and step above every name of _good(): it would win.
+HIGH = "00000000000009000000-00000000000000000099-"
+COULD_WIN = {
+    name: ("00000009000000000000-" + entry[21:] if "submission" in words else HIGH + entry[42:])
+    for name, (entry, words) in READABLE.items()
+}
+
+
+def _good(n: int = 1) -> list[str]:
+    return [encode_name(epoch(0, n, 0), s, f"exec/a/step-{s}") for s in range(5)]
+
+
+def _placements(good: list[str], entry: str) -> list[list[str]]:
+    return [[*good, entry], [entry, *good], [*good[:2], entry, *good[2:]]]
+
+
+def _same_refusal(entries: list[str], entry: str) -> None:
+    with pytest.raises(MalformedName) as info:
+        latest(entries)
+    assert info.value.entry == entry
+    with pytest.raises(MalformedName) as alone:
+        parse_name(entry)
+    assert str(info.value) == str(alone.value)  # the same error as parsing it alone
+
+
+def test_every_malformation_is_tried_as_a_name_that_could_win() -> None:
+    assert set(UNREADABLE) | set(READABLE) == set(MALFORMED)
+    assert UNREADABLE
+    assert READABLE
+    for name, entry in COULD_WIN.items():
+        assert entry > max(_good()), name
+
+
+@pytest.mark.parametrize(("entry", "words"), list(UNREADABLE.values()), ids=list(UNREADABLE))
+def test_latest_never_skips_a_name_whose_epoch_and_step_cant_be_read(
+    entry: str, words: str
+) -> None:
+    # It could be the latest wherever it sorts, however many good names surround it.
+    for entries in _placements(_good(), entry):
+        _same_refusal(entries, entry)
+
+
+@pytest.mark.parametrize("entry", list(COULD_WIN.values()), ids=list(COULD_WIN))
+def test_latest_refuses_a_malformed_name_that_could_win(entry: str) -> None:
+    for entries in _placements(_good(), entry):
+        _same_refusal(entries, entry)
+
+
+@pytest.mark.parametrize(("entry", "words"), list(READABLE.values()), ids=list(READABLE))
+def test_latest_passes_over_a_malformed_name_its_own_digits_put_below_the_winner(
+    entry: str, words: str
+) -> None:
+    # Issue 11 item 7: only the names that could win are parsed. This one's epoch and step
+    # (fixed-width digits) are below the winner's, so whatever follows them it can't be the
+    # latest one; parse_name still refuses it.
+    good = _good(2)
+    assert entry < min(good)
+    for entries in _placements(good, entry):
+        assert latest(entries) == parse_name(max(good))
+
+
+def test_a_malformed_name_tied_with_the_winner_is_refused_when_it_sorts_above_it() -> None:
+    winner = encode_name(epoch(0, 1, 0), 7, "exec/a/M")  # path text JVSXGYZPMEXU2
+    above = winner[:42] + "ZZ"  # same epoch and step, greater name: it would win the tie
+    below = winner[:42] + "AB"  # same epoch and step, smaller name: it loses the tie
+    assert below < winner < above
+    _same_refusal([winner, above], above)
+    assert latest([below, winner]) == parse_name(winner)
 
 
 def test_latest_of_nothing_is_none() -> None:
@@ -249,3 +316,52 @@ def test_a_lower_epoch_never_outranks_whatever_its_step(e1: int, e2: int, s1: in
     result = latest([a, b])
     assert result is not None
     assert result.epoch == high
+
+
+_PREFIXES = st.sampled_from(
+    [
+        GOOD[:42],
+        encode_name(epoch(0, 2, 0), 9, "x")[:42],
+        "0" * 20 + "-" + "0" * 20 + "-",
+        "0" * 19 + "-" + "0" * 20 + "-",
+        "0" * 20 + "-" + "0" * 19 + "\u0661-",
+        "",
+        "\n",
+        ".",
+    ]
+)
+_ENTRIES = st.one_of(
+    st.builds(encode_name, epochs, steps, st.just("exec/a/x")),
+    st.builds(lambda p, t: p + t, _PREFIXES, st.text(max_size=12)),
+    st.builds(lambda p, t: t + "\n" + p + "MV4G", _PREFIXES, st.text(max_size=4)),
+    st.text(max_size=50),
+    st.sampled_from(["\udcff", GOOD + "\udcff", "notes.txt", "-", GOOD[:42] + "ZZ"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_ENTRIES, max_size=30))
+def test_latest_parses_exactly_the_names_that_could_win(entries: list[str]) -> None:
+    # The rule, name by name: the first name (in listing order) whose epoch and step can't be
+    # read is refused; otherwise the greatest name is parsed, and refused if it doesn't parse.
+    unreadable = [e for e in entries if not _readable(e)]
+    if not entries:
+        assert latest(entries) is None
+    elif unreadable:
+        _same_refusal(entries, unreadable[0])
+    else:
+        try:
+            expected = parse_name(max(entries))
+        except MalformedName:
+            _same_refusal(entries, max(entries))
+        else:
+            assert latest(entries) == expected
+            assert latest(reversed(entries)) == expected  # any iterable, any order
+
+
+def test_a_name_that_cant_be_read_is_found_past_the_first_thousand() -> None:
+    good = [encode_name(epoch(0, 1, 0), s, f"exec/a/{s}") for s in range(3000)]
+    assert latest(good) == parse_name(good[-1])
+    for bad in ("0" * 19 + "-" + GOOD[20:], ".tmp", "x\n" + GOOD):
+        for at in (0, 1023, 1024, 2500, 3000):
+            _same_refusal([*good[:at], bad, *good[at:]], bad)

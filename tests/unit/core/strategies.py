@@ -56,6 +56,7 @@ from dispatch_core import (
     GiveUp,
     Hold,
     HoldCommand,
+    HoldHow,
     HoldKind,
     HoldPlaced,
     HoldReleased,
@@ -94,8 +95,10 @@ from dispatch_core import (
     Status,
     Stop,
     StopRequested,
+    StopWhy,
     Submission,
     SubmissionOpened,
+    SubmissionWhy,
     Submit,
     Substitution,
     Supersede,
@@ -259,7 +262,7 @@ _EVENT_STRATEGIES: Final[dict[type[Any], st.SearchStrategy[Any]]] = {
     SubmissionOpened: _event(
         SubmissionOpened,
         submission=counts,
-        why=words,
+        why=st.sampled_from(SubmissionWhy),
         cause=st.none() | causes,
         by=st.none() | actors,
     ),
@@ -273,7 +276,7 @@ _EVENT_STRATEGIES: Final[dict[type[Any], st.SearchStrategy[Any]]] = {
     StopRequested: _event(
         StopRequested,
         ref=refs,
-        why=words,
+        why=st.sampled_from(StopWhy),
         emergency=st.booleans(),
         submission=st.none() | counts,
         attempt=st.none() | counts,
@@ -302,7 +305,12 @@ _EVENT_STRATEGIES: Final[dict[type[Any], st.SearchStrategy[Any]]] = {
         substituted_for=st.none() | actions,
     ),
     HoldReleased: _event(
-        HoldReleased, instance=counts, by=actors, how=words, override=st.booleans(), reason=words
+        HoldReleased,
+        instance=counts,
+        by=actors,
+        how=st.sampled_from(HoldHow),
+        override=st.booleans(),
+        reason=words,
     ),
     CessationObserved: _event(CessationObserved, ref=refs, ceased=st.booleans(), detail=words),
     CancelRequested: _event(CancelRequested, by=actors, reason=words),
@@ -667,7 +675,11 @@ def _apply_rule(w: _Writer, job: Job, cause: Cause, *, lives_on: bool) -> list[J
         return [
             RecoveryCommitted(job_id=j, at=now, rule=rule.rule, action=rule.action, cause=cause),
             SubmissionOpened(
-                job_id=j, at=now, submission=len(job.submissions) + 1, why="recovery", cause=cause
+                job_id=j,
+                at=now,
+                submission=len(job.submissions) + 1,
+                why=SubmissionWhy.RECOVERY,
+                cause=cause,
             ),
         ]
     # restart/requeue enforced natively: the backend runs it again if the object lives on.
@@ -728,7 +740,7 @@ def _commands(w: _Writer, job: Job) -> list[Move]:
 
 
 def _stop_for_outcome(w: _Writer, obj: ObjectRecord) -> Move:
-    return lambda: [StopRequested(job_id=obj_job(w), at=w.now, ref=obj.ref, why="outcome")]
+    return lambda: [StopRequested(job_id=obj_job(w), at=w.now, ref=obj.ref, why=StopWhy.OUTCOME)]
 
 
 def _stopped(w: _Writer, obj: ObjectRecord) -> Move:
@@ -788,7 +800,9 @@ def _moves(w: _Writer, job: Job) -> list[Move]:
     if sub is None:
         if hold is None:
             moves.append(
-                lambda: [SubmissionOpened(job_id=j, at=w.now, submission=1, why="initial")]
+                lambda: [
+                    SubmissionOpened(job_id=j, at=w.now, submission=1, why=SubmissionWhy.INITIAL)
+                ]
             )
         return moves
 
@@ -805,7 +819,7 @@ def _moves(w: _Writer, job: Job) -> list[Move]:
                 return out
             out.append(
                 HoldReleased(
-                    job_id=j, at=w.now, instance=hold.instance, by=SUPERVISOR, how="ceased"
+                    job_id=j, at=w.now, instance=hold.instance, by=SUPERVISOR, how=HoldHow.CEASED
                 )
             )
             assert hold.rule is not None
@@ -820,7 +834,7 @@ def _moves(w: _Writer, job: Job) -> list[Move]:
                         job_id=j,
                         at=w.now,
                         submission=len(job.submissions) + 1,
-                        why="ceased",
+                        why=SubmissionWhy.CEASED,
                         cause=hold.cause,
                     ),
                 ]
@@ -840,7 +854,7 @@ def _moves(w: _Writer, job: Job) -> list[Move]:
                     job_id=j,
                     at=w.now,
                     ref=w.new_ref(),
-                    why="duplicate",
+                    why=StopWhy.DUPLICATE,
                     submission=att.submission,
                     attempt=att.attempt,
                 )
@@ -908,7 +922,9 @@ def _moves(w: _Writer, job: Job) -> list[Move]:
                     return []
                 if events:
                     events.append(
-                        SubmissionOpened(job_id=j, at=w.now, submission=n + 1, why="abandoned")
+                        SubmissionOpened(
+                            job_id=j, at=w.now, submission=n + 1, why=SubmissionWhy.ABANDONED
+                        )
                     )
                 return events
 
@@ -948,7 +964,7 @@ def _moves(w: _Writer, job: Job) -> list[Move]:
                         fenced=True,
                         submission=obj.submission,
                     )
-                    stop = StopRequested(job_id=j, at=w.now, ref=ref, why="fence")
+                    stop = StopRequested(job_id=j, at=w.now, ref=ref, why=StopWhy.FENCE)
                     after = fold(written([(w.seq + 1, stop), (w.seq + 2, ended)]), w.now, prior=job)
                     return [stop, ended, *_apply_rule(w, after, lost, lives_on=False)]
 

@@ -31,6 +31,7 @@ from dispatch_core import (
     GaveUp,
     GiveUp,
     HoldCommand,
+    HoldHow,
     HoldKind,
     HoldPlaced,
     HoldReleased,
@@ -44,6 +45,7 @@ from dispatch_core import (
     LaunchUnknown,
     ObjectRef,
     OperatorCommand,
+    OptionRefused,
     OutcomeCommitted,
     Provenance,
     RecoveryPolicy,
@@ -53,6 +55,7 @@ from dispatch_core import (
     Resubmit,
     State,
     SubmissionOpened,
+    SubmissionWhy,
     Submit,
     Supersede,
     Superseded,
@@ -103,7 +106,7 @@ def _launched() -> Job:
     j = "llm-7b"
     return _apply(
         _submitted(),
-        SubmissionOpened(job_id=j, at=_t(1), submission=1, why="initial"),
+        SubmissionOpened(job_id=j, at=_t(1), submission=1, why=SubmissionWhy.INITIAL),
         LaunchIntended(job_id=j, at=_t(1), submission=1, attempt=1),
         LaunchRecorded(job_id=j, at=_t(1), submission=1, attempt=1, ref=REF),
     )
@@ -309,7 +312,7 @@ def test_release_of_an_actor_hold_lets_the_job_run_again() -> None:
         at=_t(3),
         instance=1,
         by=ALICE,
-        how="release",
+        how=HoldHow.RELEASE,
         override=False,
         reason="fixed",
     )
@@ -344,11 +347,11 @@ def test_resubmit_lifts_a_recovery_hold_and_runs_a_new_submission_without_spendi
             at=_t(20),
             instance=1,
             by=BOB,
-            how="resubmit",
+            how=HoldHow.RESUBMIT,
             reason="bigger batch fixed",
         ),
         SubmissionOpened(
-            job_id="llm-7b", at=_t(20), submission=2, why="resubmit", cause=OOM, by=BOB
+            job_id="llm-7b", at=_t(20), submission=2, why=SubmissionWhy.RESUBMIT, cause=OOM, by=BOB
         ),
     )
     job = _apply(job, *events)
@@ -442,7 +445,7 @@ def _unknown_launch() -> Job:
     j = "llm-7b"
     return _apply(
         _submitted(),
-        SubmissionOpened(job_id=j, at=_t(1), submission=1, why="initial"),
+        SubmissionOpened(job_id=j, at=_t(1), submission=1, why=SubmissionWhy.INITIAL),
         LaunchIntended(job_id=j, at=_t(1), submission=1, attempt=1),
         LaunchUnknown(job_id=j, at=_t(1), submission=1, attempt=1, detail="sbatch timed out"),
     )
@@ -543,6 +546,18 @@ def test_supersede_is_refused_without_an_outcome_or_twice() -> None:
     _refused(old, Supersede(by=ALICE, new_job_id="y"), "already superseded by 'x'")
     _refused(_failed(), Supersede(by=ALICE, new_job_id="llm-7b"), "id of its own")
     _refused(_failed(), Supersede(by=ALICE, new_job_id="Bad Id"), "not a job id")
+
+
+def test_supersede_is_refused_for_an_option_the_backend_now_refuses() -> None:
+    """A job recorded before its options were checked: the new job would keep the spec and
+    could only fail at launch. The backend's refusal is given to decide as data."""
+    bad = OptionRefused(key="partition", reason="no partition 'gpu-old' on this cluster")
+    with pytest.raises(Refused, match=r"spec\.options\.partition is invalid: no partition") as err:
+        decide(_failed(), Supersede(by=ALICE, new_job_id="x"), _t(30), refused_option=bad)
+    assert "submit a new job with the option fixed" in err.value.reason
+    # Only a supersede is refused for it; a finished job without a refusal is superseded.
+    assert decide(_failed(), Supersede(by=ALICE, new_job_id="x"), _t(30))
+    assert decide(_launched(), Cancel(by=ALICE), _t(30), refused_option=bad)
 
 
 # -- properties -------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from dispatch_core import (
     EscalationDelivered,
     ExecutionEnded,
     GateOpened,
+    HoldHow,
     HoldKind,
     HoldPlaced,
     HoldReleased,
@@ -51,7 +52,9 @@ from dispatch_core import (
     RecoveryPolicy,
     State,
     StopRequested,
+    StopWhy,
     SubmissionOpened,
+    SubmissionWhy,
     Superseded,
     WriterKind,
     decode,
@@ -103,7 +106,7 @@ def _launched() -> list[JobEvent]:
     """Created, submission 1 opened, attempt 1/1 launched as REF."""
     return [
         _created(),
-        SubmissionOpened(job_id="j1", at=_t(1), submission=1, why="initial"),
+        SubmissionOpened(job_id="j1", at=_t(1), submission=1, why=SubmissionWhy.INITIAL),
         LaunchIntended(job_id="j1", at=_t(1), submission=1, attempt=1),
         LaunchRecorded(job_id="j1", at=_t(1), submission=1, attempt=1, ref=REF),
     ]
@@ -114,7 +117,9 @@ def _preempted_once() -> list[JobEvent]:
         *_launched(),
         ExecutionEnded(job_id="j1", at=_t(2), ref=REF, restart=0, cause=PREEMPTED, submission=1),
         RecoveryCommitted(job_id="j1", at=_t(2), rule=0, action=Action.RESUBMIT, cause=PREEMPTED),
-        SubmissionOpened(job_id="j1", at=_t(2), submission=2, why="recovery", cause=PREEMPTED),
+        SubmissionOpened(
+            job_id="j1", at=_t(2), submission=2, why=SubmissionWhy.RECOVERY, cause=PREEMPTED
+        ),
     ]
 
 
@@ -158,7 +163,7 @@ def test_history_holds_recoveries_holds_and_outcomes_never_running() -> None:
             reason="look",
             deadline=_t(60),
         ),
-        HoldReleased(job_id="j1", at=_t(4), instance=1, by=ALICE, how="release"),
+        HoldReleased(job_id="j1", at=_t(4), instance=1, by=ALICE, how=HoldHow.RELEASE),
         OutcomeCommitted(job_id="j1", at=_t(5), state=State.SUCCEEDED, cause=PREEMPTED),
     ]
     job = fold(written(_seq(events)), T0)
@@ -187,7 +192,7 @@ def test_a_hold_released_before_any_execution_ended_returns_to_pending() -> None
             deadline=_t(9),
         ),
         HoldReleased(
-            job_id="j1", at=_t(2), instance=1, by=SUPERVISOR, how="release", override=True
+            job_id="j1", at=_t(2), instance=1, by=SUPERVISOR, how=HoldHow.RELEASE, override=True
         ),
     ]
     job = fold(written(_seq(events)), T0)
@@ -206,7 +211,9 @@ def test_a_duplicate_stopped_and_ended_is_recorded_but_never_drives_the_job() ->
     ended = Cause(kind=CauseKind.CANCELLED, provenance=Provenance.ACTOR)
     events: list[JobEvent] = [
         *_launched(),
-        StopRequested(job_id="j1", at=_t(2), ref=dup, why="duplicate", submission=1, attempt=1),
+        StopRequested(
+            job_id="j1", at=_t(2), ref=dup, why=StopWhy.DUPLICATE, submission=1, attempt=1
+        ),
         ExecutionEnded(job_id="j1", at=_t(3), ref=dup, restart=0, cause=ended, submission=1),
     ]
     job = fold(written(_seq(events)), T0)
@@ -301,7 +308,7 @@ _BAD: list[tuple[str, list[JobEvent], str]] = [
     ),
     (
         "submission skipped",
-        [_created(), SubmissionOpened(job_id="j1", at=T0, submission=2, why="initial")],
+        [_created(), SubmissionOpened(job_id="j1", at=T0, submission=2, why=SubmissionWhy.INITIAL)],
         r"submission 2 opened where submission 1 was next",
     ),
     (
@@ -323,7 +330,9 @@ _BAD: list[tuple[str, list[JobEvent], str]] = [
         "fence stop of an object never launched",
         [
             *_launched(),
-            StopRequested(job_id="j1", at=T0, ref=ObjectRef(cluster="c", id="9"), why="fence"),
+            StopRequested(
+                job_id="j1", at=T0, ref=ObjectRef(cluster="c", id="9"), why=StopWhy.FENCE
+            ),
         ],
         r"stop.requested \(why 'fence'\) names object c/9",
     ),
@@ -354,7 +363,7 @@ _BAD: list[tuple[str, list[JobEvent], str]] = [
     ),
     (
         "release of a hold never placed",
-        [_created(), HoldReleased(job_id="j1", at=T0, instance=1, by=ALICE, how="release")],
+        [_created(), HoldReleased(job_id="j1", at=T0, instance=1, by=ALICE, how=HoldHow.RELEASE)],
         r"hold.released names hold 1, which is not in force",
     ),
     (
@@ -624,7 +633,7 @@ def test_siblings_placing_the_same_object_at_different_positions_each_find_their
     prior = _fold(base)
     seq = 3 * len(base) + 5
     dup = ExecutionEnded(job_id="j1", at=_t(3), ref=other, restart=0, cause=PREEMPTED, submission=1)
-    stop = StopRequested(job_id="j1", at=_t(3), ref=REF, why="cancel")
+    stop = StopRequested(job_id="j1", at=_t(3), ref=REF, why=StopWhy.CANCEL)
     first = fold(written([(seq, dup)]), T0, prior=prior)
     second = fold(written([(seq, stop), (seq + 1, dup)]), T0, prior=prior)
     intruder = ObjectRef(cluster="c", id="300")

@@ -272,6 +272,8 @@ def test_phase_words_name_what_the_scheduler_shows() -> None:
         (JobSpec(cluster=CLUSTER, command=("true",), env={"": "1"}), "env"),
         (JobSpec(cluster=CLUSTER, command=("true",), env={"A\0": "1"}), "env"),
         (JobSpec(cluster=CLUSTER, command=("true",), env={"A": "x\0y"}), "env"),
+        (JobSpec(cluster=CLUSTER, command=("true",), env={"DISPATCH_EPOCH": "7"}), "env"),
+        (JobSpec(cluster=CLUSTER, command=("true",), env={"DISPATCH_FUTURE": "1"}), "env"),
         (
             JobSpec(cluster=CLUSTER, command=("true",), options={"chdir": "/tmp\0/x"}),
             "options.chdir",

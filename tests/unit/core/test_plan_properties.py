@@ -55,6 +55,7 @@ from dispatch_core.state import (
     UnknownLaunchPolicy,
 )
 from dispatch_core.steps import Commit, Deliver, OpenGate, Pass
+from dispatch_core.supervision import conclude, plan_pass
 from tests.unit.core.helpers import ALICE, CLUSTER, Record, Sim, cause, decisions, facts
 from tests.unit.core.strategies import records
 from tests.util import written
@@ -519,3 +520,77 @@ def test_gone_is_not_ended_no_end_is_recorded_for_an_object_merely_absent(
             assert ref in shown or ref in discovery.vanished, step
             if step.event.cause.detail.startswith(VANISHED_DETAIL):
                 assert ref in discovery.vanished, step
+
+
+def _plan_pass_agrees(
+    job: Job, discovery: Discovery, declarations: Declarations, now: datetime
+) -> None:
+    """The invariants of ``plan_pass`` (dispatch_core.supervision) on one situation."""
+    for delivers in (True, False):
+        plan = plan_pass(job, discovery, declarations, now, delivers=delivers)
+        events = [d.event for d in plan.decisions]
+        assert events == decisions(next_steps(job, discovery, declarations, now))
+        # The job after the commits is the fold of the commits, as the shell appends them.
+        folded = fold(
+            written(((job.seq + 1 + i, ev) for i, ev in enumerate(events))), now, prior=job
+        )
+        assert plan.after == folded
+        # The follow-up decision is what planning the committed job again says, and when
+        # there is none, the next pass (same view, same time) has nothing to carry out.
+        end = conclude(plan, plan.after, discovery, declarations, now, appended=len(events))
+        if events:
+            again = next_steps(plan.after, discovery, declarations, now)
+            acts = [s for s in again.steps if delivers or not isinstance(s, Deliver)]
+            expected = bool(acts) and not (
+                settled(plan.after, discovery) and all(isinstance(s, Deliver) for s in again.steps)
+            )
+            assert end.follow_up == expected
+            assert (end.settled, end.wake_at) == (again.settled, again.wake_at)
+            assert end.covered_seq == (job.seq if end.follow_up else plan.after.seq)
+            if not end.follow_up:
+                assert (
+                    plan_pass(plan.after, discovery, declarations, now, delivers=delivers).steps
+                    == ()
+                )
+        else:
+            assert (end.follow_up, end.covered_seq) == (False, job.seq)
+            assert (end.settled, end.wake_at) == (plan.settled, plan.wake_at)
+        # Seed 002: a job settled when the pass began gets no deliveries but alongside
+        # other steps; a shell that does not deliver gets none.
+        if not delivers or (
+            settled(job, discovery)
+            and all(
+                isinstance(s, Deliver) for s in next_steps(job, discovery, declarations, now).steps
+            )
+        ):
+            assert not any(isinstance(s, Deliver) for s in plan.steps)
+        assert plan.last_look == (delivers and plan.settled and not settled(job, discovery))
+
+
+@_WALK
+@given(setup=_setups, moves=_moves, answers=_answers)
+def test_plan_pass_after_is_the_fold_of_its_commits_and_predicts_the_follow_up(
+    setup: _Setup, moves: list[tuple[str, Any]], answers: list[bool]
+) -> None:
+    """Issue 11 item 1: the job after a pass's commits equals the fold of the commits, and
+    the pass's follow-up decision equals what planning the committed job again says."""
+
+    def check(sim: Sim, p: Pass) -> None:
+        _plan_pass_agrees(sim.job, sim.discovery(), sim.declarations, sim.now)
+
+    _walk(setup, moves, answers, check)
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(situation=_situations())
+def test_plan_pass_on_records_a_real_dispatch_could_write(
+    situation: tuple[Job, Discovery, datetime],
+) -> None:
+    """The same invariants of ``plan_pass`` on any record dispatch could write and any
+    view of its objects."""
+    job, discovery, now = situation
+    _plan_pass_agrees(job, discovery, job.declarations, now)

@@ -46,7 +46,9 @@ from dispatch_core import (
     State,
     Status,
     StopRequested,
+    StopWhy,
     SubmissionOpened,
+    SubmissionWhy,
     Submit,
     Transition,
     decide,
@@ -105,7 +107,7 @@ class _Rec:
 
     def launch(self, n: int, ref: ObjectRef, *, why: str = "initial") -> _Rec:
         return self.add(
-            SubmissionOpened(job_id="j1", at=_t(n), submission=n, why=why),
+            SubmissionOpened(job_id="j1", at=_t(n), submission=n, why=SubmissionWhy(why)),
             LaunchIntended(job_id="j1", at=_t(n), submission=n, attempt=1),
             LaunchRecorded(job_id="j1", at=_t(n), submission=n, attempt=1, ref=ref),
         )
@@ -120,7 +122,9 @@ class _Rec:
     def recovered(self, n: int, cause: Cause) -> _Rec:
         return self.add(
             RecoveryCommitted(job_id="j1", at=_t(n), rule=0, action=Action.RESUBMIT, cause=cause),
-            SubmissionOpened(job_id="j1", at=_t(n), submission=n + 1, why="recovery", cause=cause),
+            SubmissionOpened(
+                job_id="j1", at=_t(n), submission=n + 1, why=SubmissionWhy.RECOVERY, cause=cause
+            ),
         )
 
 
@@ -229,7 +233,7 @@ def test_past_the_window_the_fenced_job_is_recovering_while_the_old_object_still
     """ "Past it, Next asks for the object to be stopped, then applies the plan for
     node-lost" (seed 000): the fenced execution no longer makes the job running."""
     rec = _Rec().launch(1, REF1)
-    rec.add(StopRequested(job_id="j1", at=_t(5), ref=REF1, why="fence"))
+    rec.add(StopRequested(job_id="j1", at=_t(5), ref=REF1, why=StopWhy.FENCE))
     rec.ended(REF1, 1, NODE_FAIL, fenced=True).recovered(1, NODE_FAIL)
     rec.add(
         LaunchIntended(job_id="j1", at=_t(5), submission=2, attempt=1),
@@ -404,7 +408,7 @@ def test_a_foreign_object_blocks_settling_until_a_human_abandons_it() -> None:
 def test_a_launch_whose_outcome_is_unknown_blocks_settling() -> None:
     rec = _Rec().launch(1, REF1)
     rec.add(
-        SubmissionOpened(job_id="j1", at=_t(2), submission=2, why="recovery"),
+        SubmissionOpened(job_id="j1", at=_t(2), submission=2, why=SubmissionWhy.RECOVERY),
         LaunchIntended(job_id="j1", at=_t(2), submission=2, attempt=1),
         LaunchUnknown(job_id="j1", at=_t(2), submission=2, attempt=1, detail="timeout"),
     )

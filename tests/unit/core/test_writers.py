@@ -27,6 +27,7 @@ from dispatch_core import (
     GaveUp,
     GiveUp,
     HoldCommand,
+    HoldHow,
     HoldKind,
     HoldPlaced,
     HoldReleased,
@@ -42,6 +43,7 @@ from dispatch_core import (
     Resubmit,
     State,
     SubmissionOpened,
+    SubmissionWhy,
     Supersede,
     Superseded,
     WriterKind,
@@ -73,11 +75,11 @@ def _hold(kind: HoldKind) -> HoldPlaced:
 
 
 def _released(how: str) -> HoldReleased:
-    return HoldReleased(job_id="j1", at=T0, instance=1, by=ALICE, how=how)
+    return HoldReleased(job_id="j1", at=T0, instance=1, by=ALICE, how=HoldHow(how))
 
 
 def _opened(why: str) -> SubmissionOpened:
-    return SubmissionOpened(job_id="j1", at=T0, submission=1, why=why)
+    return SubmissionOpened(job_id="j1", at=T0, submission=1, why=SubmissionWhy(why))
 
 
 # -- the table ----------------------------------------------------------------------------
@@ -293,13 +295,15 @@ def test_a_supervisor_actor_hold_is_refused() -> None:
 
 def test_a_supervisor_release_of_a_persons_kind_is_refused() -> None:
     sim = _recovery_held()
-    release = HoldReleased(job_id="j1", at=sim.now, instance=1, by=ALICE, how="resubmit")
+    release = HoldReleased(job_id="j1", at=sim.now, instance=1, by=ALICE, how=HoldHow.RESUBMIT)
     assert _refused(sim, release, SUP).event_type == "hold.released"
 
 
 def test_a_supervisor_resubmit_is_refused() -> None:
     sim = _recovery_held()
-    opened = SubmissionOpened(job_id="j1", at=sim.now, submission=2, why="resubmit", by=ALICE)
+    opened = SubmissionOpened(
+        job_id="j1", at=sim.now, submission=2, why=SubmissionWhy.RESUBMIT, by=ALICE
+    )
     assert _refused(sim, opened, SUP).event_type == "submission.opened"
 
 
@@ -344,8 +348,10 @@ def test_abandon_and_supersede_by_a_supervisor_are_refused() -> None:
 def test_the_same_events_from_their_writers_fold() -> None:
     sim = _recovery_held()
     job = sim.job
-    release = HoldReleased(job_id="j1", at=sim.now, instance=1, by=ALICE, how="resubmit")
-    opened = SubmissionOpened(job_id="j1", at=sim.now, submission=2, why="resubmit", by=ALICE)
+    release = HoldReleased(job_id="j1", at=sim.now, instance=1, by=ALICE, how=HoldHow.RESUBMIT)
+    opened = SubmissionOpened(
+        job_id="j1", at=sim.now, submission=2, why=SubmissionWhy.RESUBMIT, by=ALICE
+    )
     after = fold([(job.seq + 1, release, API), (job.seq + 2, opened, API)], sim.now, prior=job)
     assert len(after.submissions) == 2
     delivered = EscalationDelivered(job_id="j1", at=sim.now, id="overdue:1")

@@ -1,5 +1,7 @@
-"""The TrainJob a launch makes: admitted by the real v2.3.0 CRD schema (the fake's store, no
-server), with dispatch's labels, annotations, gate and environment."""
+"""The TrainJob a launch makes: admitted by the unchanged v2.3.0 CRD schema, with what
+kube-apiserver 1.20 can't check (CEL rules, unknown fields refused under ``Strict``;
+``tests/fakes/kube_schema.py``, no server), with dispatch's labels, annotations, gate and
+environment."""
 
 from __future__ import annotations
 
@@ -18,8 +20,7 @@ from dispatch_backends.kubeflow.settings import GateMode, KubeflowSettings
 from dispatch_core.epoch import epoch
 from dispatch_core.state import JobSpec
 from tests.contract.backend_contract import make_launch
-from tests.fakes.kube_apiserver import TRAINJOBS
-from tests.fakes.kube_store import Store
+from tests.fakes.kube_schema import TRAINJOB_SCHEMA
 from tests.unit.kubeflow.records import container_env
 
 KUEUE = KubeflowSettings(namespaces=("team-a", "team-b"), queue="lq")
@@ -33,8 +34,10 @@ def launch(job: str = "j1", **spec: Any) -> Any:
 
 
 def admitted(body: dict[str, Any]) -> dict[str, Any]:
-    obj, warnings = Store().create(TRAINJOBS, "team-a", body, field_validation="Strict")
-    assert warnings == []
+    """``body`` pruned, defaulted and validated by the v2.3.0 CRD, unknown fields refused
+    (``StrictDecodingError``); asserts it is valid and returns the object as stored."""
+    obj, warnings, errors = TRAINJOB_SCHEMA.admit(body, None, field_validation="Strict")
+    assert (warnings, errors) == ([], [])
     return obj
 
 

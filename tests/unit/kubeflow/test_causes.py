@@ -3,23 +3,58 @@ in ``dispatch_backends.kubeflow.causes``, plus the evidence rules."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
 
-from dispatch_backends.kubeflow.causes import (
-    NodeFacts,
-    PodFacts,
-    execution_cause,
-    kueue_eviction,
-    lost_nodes,
-    node_facts,
-    parse_time,
-    pod_facts,
-    terminal_cause,
-)
-from dispatch_core.state import CauseKind, Provenance
+from dispatch_backends.kubeflow import causes
+from dispatch_backends.kubeflow.causes import NodeFacts, PodFacts, lost_nodes, parse_time
+from dispatch_backends.kubeflow.objects import Job, Node, Pod, TrainJob, Workload, decode
+from dispatch_core.state import Cause, CauseKind, Provenance
 from tests.unit.kubeflow.records import T0, T1, T2, cond, job, node, pod, trainjob, workload
+
+# The functions under test take the typed objects the backend decodes from what the API sends;
+# these decode the recorded-looking dicts the same way (objects.decode) and call them.
+
+
+def pod_facts(previous: PodFacts | None, version: dict[str, Any], *, deleted: bool) -> PodFacts:
+    return causes.pod_facts(previous, decode(Pod, version), deleted=deleted)
+
+
+def node_facts(obj: dict[str, Any]) -> NodeFacts:
+    return causes.node_facts(decode(Node, obj))
+
+
+def kueue_eviction(wl: dict[str, Any] | None) -> Cause | None:
+    return causes.kueue_eviction(None if wl is None else decode(Workload, wl))
+
+
+def terminal_cause(
+    tj: dict[str, Any],
+    pods: Sequence[PodFacts],
+    jobs: Sequence[dict[str, Any]],
+    nodes: Mapping[str, NodeFacts],
+    wl: dict[str, Any] | None = None,
+    **kw: Any,
+) -> Cause | None:
+    typed_jobs = [decode(Job, j) for j in jobs]
+    typed_wl = None if wl is None else decode(Workload, wl)
+    return causes.terminal_cause(decode(TrainJob, tj), pods, typed_jobs, nodes, typed_wl, **kw)
+
+
+def execution_cause(
+    headline: Sequence[str],
+    pods: Sequence[PodFacts],
+    jobs: Sequence[dict[str, Any]],
+    nodes: Mapping[str, NodeFacts],
+    wl: dict[str, Any] | None = None,
+    **kw: Any,
+) -> Cause:
+    typed_jobs = [decode(Job, j) for j in jobs]
+    typed_wl = None if wl is None else decode(Workload, wl)
+    return causes.execution_cause(headline, pods, typed_jobs, nodes, typed_wl, **kw)
+
 
 READY = {"node-a": node_facts(node("node-a")), "node-b": node_facts(node("node-b"))}
 FAILED_JOBS = cond(

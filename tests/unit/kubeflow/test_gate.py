@@ -9,6 +9,7 @@ import pytest
 
 from dispatch_backends.kubeflow.gate import gate_state, gates, open_patch
 from dispatch_backends.kubeflow.names import ADMISSION_GATED_BY
+from dispatch_backends.kubeflow.objects import TrainJob, decode
 from dispatch_backends.kubeflow.settings import GateMode
 from dispatch_core.state import GateState
 from tests.fakes.kube_patch import apply_json_patch
@@ -33,7 +34,7 @@ def gated(value: str | None, *, suspend: bool = True) -> dict[str, Any]:
     ],
 )
 def test_kueue_gate_state(value: str | None, state: GateState) -> None:
-    found, words = gate_state(gated(value), GateMode.KUEUE, OURS)
+    found, words = gate_state(decode(TrainJob, gated(value)), GateMode.KUEUE, OURS)
     assert found is state
     if state is GateState.ADMIN_HELD:
         assert words == f"{ADMISSION_GATED_BY}: {value}"
@@ -52,7 +53,7 @@ def test_kueue_gate_state(value: str | None, state: GateState) -> None:
 )
 def test_suspend_gate_state(mark: str, suspend: bool, state: GateState) -> None:
     tj = trainjob(annotations={"dispatch.dev/gate": mark}, suspend=suspend)
-    assert gate_state(tj, GateMode.SUSPEND, OURS)[0] is state
+    assert gate_state(decode(TrainJob, tj), GateMode.SUSPEND, OURS)[0] is state
 
 
 def test_opening_removes_only_our_gate_guarded_by_a_test() -> None:

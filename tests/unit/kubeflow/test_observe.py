@@ -6,8 +6,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from dispatch_backends.kubeflow.causes import NodeFacts, PodFacts, node_facts, parse_time, pod_facts
+from dispatch_backends.kubeflow.causes import NodeFacts, PodFacts, parse_time
+from dispatch_backends.kubeflow.causes import node_facts as typed_node_facts
+from dispatch_backends.kubeflow.causes import pod_facts as typed_pod_facts
 from dispatch_backends.kubeflow.names import ADMISSION_GATED_BY, ANNOTATION_OBSERVED
+from dispatch_backends.kubeflow.objects import Job, JobSet, Node, Pod, TrainJob, Workload, decode
 from dispatch_backends.kubeflow.observe import (
     Housekeeping,
     Observation,
@@ -22,6 +25,13 @@ from dispatch_core.state import Cause, CauseKind, Execution, GateState, ObjectPh
 from tests.unit.kubeflow.records import T0, T2, cond, job, jobset, node, pod, trainjob, workload
 
 SETTINGS = KubeflowSettings(queue="lq", retain_ended_s=3600.0)
+
+
+def node_facts(obj: dict[str, Any]) -> NodeFacts:
+    """The facts of a recorded-looking Node (decoded as the watch does)."""
+    return typed_node_facts(decode(Node, obj))
+
+
 NOW = datetime.fromisoformat(T2.replace("Z", "+00:00"))
 READY = {"node-a": node_facts(node("node-a")), "node-b": node_facts(node("node-b"))}
 GATE = {ADMISSION_GATED_BY: "dispatch.dev/start-gate"}
@@ -31,7 +41,7 @@ FAILED = cond(
 
 
 def facts(*pods: dict[str, Any], deleted: bool = False) -> list[PodFacts]:
-    return [pod_facts(None, p, deleted=deleted) for p in pods]
+    return [typed_pod_facts(None, decode(Pod, p), deleted=deleted) for p in pods]
 
 
 def run(
@@ -47,14 +57,14 @@ def run(
     now: datetime = NOW,
 ) -> Observation:
     return observe(
-        tj,
+        decode(TrainJob, tj),
         cluster="c1",
         settings=SETTINGS,
-        jobset=js,
-        jobs=jobs or [],
+        jobset=None if js is None else decode(JobSet, js),
+        jobs=[decode(Job, j) for j in jobs or []],
         pods=pods or [],
         nodes=nodes,
-        workload=wl,
+        workload=None if wl is None else decode(Workload, wl),
         memory=memory,
         caught_up=lambda rv: caught_up,
         now=now,

@@ -55,7 +55,9 @@ class _Runner(Runner):
         *args: str,
         stdin: bytes | None = None,
         timeout_s: float | None = None,
+        as_user: str | None = None,
     ) -> CommandResult:
+        assert as_user is None  # no owners here
         self.argv.append((name, *args))
         self.calls += 1
         out = ""

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 from prometheus_client import CollectorRegistry
 
-from dispatch_backends import LaunchRefusedError
+from dispatch_backends import LaunchRefusedError, Unreachable
 from dispatch_core import (
     Actor,
     ActorKind,
@@ -22,10 +22,12 @@ from dispatch_core import (
     EscalationDelivered,
     GateState,
     Job,
+    JobEvent,
     JobSpec,
     Launch,
     LaunchIntended,
     LaunchRecorded,
+    LaunchUnknown,
     Level,
     ObjectPhase,
     ObjectRef,
@@ -35,6 +37,7 @@ from dispatch_core import (
     State,
     Status,
     Submit,
+    WriterKind,
     decide,
     decode,
     decode_event,
@@ -44,7 +47,9 @@ from dispatch_core import (
 from services.supervisor.metrics import SupervisorMetrics
 from services.supervisor.passes import PassExecutor
 from services.supervisor.ports import DeliverFn
-from tests.unit.supervisor.fakes import FakeBackend, FakeLatest, FakeRecords
+from tests.contract.record_fake import FakeRecordStream, FaultyStore
+from tests.unit.supervisor.fakes import FakeBackend, FakeLatest
+from tests.util import writer_of
 
 JOB = "job-1"
 CLUSTER = "fake"
@@ -55,16 +60,23 @@ class Installation:
     """Ports shared by the executors (replicas) of one test."""
 
     def __init__(self) -> None:
-        self.records = FakeRecords()
+        self.stream = FakeRecordStream()
+        self.records = FaultyStore(self.stream.store(WriterKind.SUPERVISOR))
+        """The supervisor's record store (the repository contract's fake), with faults."""
         self.discoveries = FakeLatest()
         self.statuses = FakeLatest()
         self.backend = FakeBackend(CLUSTER)
         self.registry = CollectorRegistry()
 
     def executor(
-        self, *, deliver: DeliverFn | None = None, writer: str | None = None
+        self,
+        *,
+        deliver: DeliverFn | None = None,
+        writer: str | None = None,
+        launch_retry_s: float = 30.0,
     ) -> PassExecutor:
         return PassExecutor(
+            launch_retry_s=launch_retry_s,
             records=self.records,
             discoveries=self.discoveries,
             statuses=self.statuses,
@@ -86,10 +98,22 @@ class Installation:
             ),
             datetime.now(UTC),
         )
-        self.records.write(job_id, *events)
+        self.write(job_id, *events)
+
+    def write(self, job_id: str, *events: JobEvent) -> None:
+        """Append as another writer would (unchecked), as the kind that appends each event in
+        production."""
+        for event in events:
+            self.stream.put(job_id, encode(event), writer_of(event), f"other:{self.stream.seq}")
+
+    def events(self, job_id: str = JOB) -> list[JobEvent]:
+        return [decode_event(e.payload) for e in self.stream.entries.get(job_id, [])]
+
+    def last(self, job_id: str = JOB) -> int:
+        return self.stream.last(job_id)
 
     def job(self, job_id: str = JOB) -> Job:
-        entries = self.records.entries[job_id]
+        entries = self.stream.entries[job_id]
         return fold(
             ((e.seq, decode_event(e.payload), e.writer) for e in entries), datetime.now(UTC)
         )
@@ -125,7 +149,7 @@ def _obj(
 
 
 def _tags(inst: Installation) -> list[str]:
-    return [str(type(e).__struct_config__.tag) for e in inst.records.events(JOB)]
+    return [str(type(e).__struct_config__.tag) for e in inst.events(JOB)]
 
 
 async def test_the_launch_intent_is_committed_before_the_backend_is_called() -> None:
@@ -149,9 +173,9 @@ async def test_the_launch_intent_is_committed_before_the_backend_is_called() -> 
     # Planning again on what it appended gives nothing to do until the object shows up: no
     # follow-up pass, and the pass covers the record up to its own last append.
     assert not outcome.follow_up
-    assert outcome.planned_seq == inst.records.last(JOB)
+    assert outcome.planned_seq == inst.last(JOB)
     status = inst.status()
-    assert status.seq == inst.records.last(JOB)
+    assert status.seq == inst.last(JOB)
     assert status.state is State.PENDING
 
 
@@ -160,7 +184,7 @@ async def test_an_append_answered_by_silence_is_sent_again_and_found_stored() ->
     with the same msg ids, each is found stored; the launch is made once, not left unknown."""
     inst = Installation()
     inst.submit()
-    inst.records.silent = 2
+    inst.records.lose_acks = 2
     outcome = await inst.executor().run_pass(JOB)
     assert len(inst.backend.started) == 1
     assert _tags(inst) == [
@@ -185,10 +209,46 @@ async def test_a_refused_launch_asks_for_a_follow_up_pass() -> None:
     ex = inst.executor()
     first = await ex.run_pass(JOB)
     assert first.follow_up
-    assert first.planned_seq < inst.records.last(JOB)
+    assert first.planned_seq < inst.last(JOB)
     second = await ex.run_pass(JOB)
     assert not second.follow_up
     assert [launch.attempt for launch in inst.backend.started] == [2]
+
+
+async def test_an_unreachable_start_is_tried_again_then_recorded_unknown() -> None:
+    """The core's unknown-launch policy (StartRetry): nothing was created, so the same start
+    is tried again until ``launch_retry_s``; then the outcome is unknown, with its detail."""
+    inst = Installation()
+    inst.submit()
+    tries: list[int] = []
+
+    async def unreachable(launch: Launch) -> None:
+        tries.append(launch.attempt)
+        raise Unreachable(CLUSTER, "connection refused")
+
+    inst.backend.on_start = unreachable
+    await inst.executor(launch_retry_s=1.0).run_pass(JOB)
+    assert len(tries) >= 2
+    assert set(tries) == {1}  # the same attempt each time
+    unknown = inst.events(JOB)[-1]
+    assert isinstance(unknown, LaunchUnknown)
+    assert unknown.detail.startswith("scheduler unreachable for 1 s: ")
+    assert "connection refused" in unknown.detail
+
+
+async def test_a_start_that_fails_unclassified_is_unknown_never_failed() -> None:
+    """DESIGN.md section 5: whatever went wrong, an object may exist."""
+    inst = Installation()
+    inst.submit()
+
+    async def crash(launch: Launch) -> None:
+        raise RuntimeError("the client library broke")
+
+    inst.backend.on_start = crash
+    await inst.executor().run_pass(JOB)
+    unknown = inst.events(JOB)[-1]
+    assert isinstance(unknown, LaunchUnknown)
+    assert unknown.detail == "RuntimeError: the client library broke"
 
 
 async def test_a_conflicting_append_makes_the_pass_plan_again() -> None:
@@ -202,7 +262,7 @@ async def test_a_conflicting_append_makes_the_pass_plan_again() -> None:
         nonlocal cancelled
         if not cancelled:
             cancelled = True
-            inst.records.write(
+            inst.write(
                 job_id, *decide(inst.job(), Cancel(by=ALICE, reason="no"), datetime.now(UTC))
             )
 
@@ -232,7 +292,7 @@ async def test_racing_replicas_launch_an_attempt_once(same_writer: bool) -> None
     writers = ("w", "w") if same_writer else (None, None)
     a, b = (inst.executor(writer=w) for w in writers)
     await asyncio.gather(a.run_pass(JOB), b.run_pass(JOB))
-    intents = [e for e in inst.records.events(JOB) if isinstance(e, LaunchIntended)]
+    intents = [e for e in inst.events(JOB) if isinstance(e, LaunchIntended)]
     assert len(intents) == 1
     assert len(inst.backend.started) == (2 if same_writer else 1)
 
@@ -245,7 +305,7 @@ async def test_a_fact_another_writer_made_moot_is_dropped() -> None:
     inst.submit()
 
     async def found_meanwhile(launch: Launch) -> None:
-        inst.records.write(
+        inst.write(
             JOB,
             LaunchRecorded(
                 job_id=JOB,
@@ -259,7 +319,7 @@ async def test_a_fact_another_writer_made_moot_is_dropped() -> None:
 
     inst.backend.on_start = found_meanwhile
     outcome = await inst.executor().run_pass(JOB)
-    recorded = [e for e in inst.records.events(JOB) if isinstance(e, LaunchRecorded)]
+    recorded = [e for e in inst.events(JOB) if isinstance(e, LaunchRecorded)]
     assert [r.found for r in recorded] == [True]
     assert outcome.appended == 2  # submission and intent; the fact was moot
     inst.job()  # the record still folds
@@ -305,7 +365,7 @@ async def test_the_settling_pass_last_look_delivers_once(failing: bool) -> None:
     outcome = await ex.run_pass(JOB)
     assert outcome.settled
     assert inbox.calls == ["failed:non-zero-exit"]
-    delivered = [e for e in inst.records.events(JOB) if isinstance(e, EscalationDelivered)]
+    delivered = [e for e in inst.events(JOB) if isinstance(e, EscalationDelivered)]
     assert len(delivered) == (0 if failing else 1)
     for _ in range(2):  # the job is settled: no more deliveries
         again = await ex.run_pass(JOB)

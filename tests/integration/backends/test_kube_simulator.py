@@ -1,24 +1,32 @@
-"""Each scenario of the cluster simulator writes the conditions the facts file describes.
+"""Each scenario step of the cluster simulator (TEST DOUBLE, ``tests/fakes/kube_controller.py``)
+writes, through the lane's real kube-apiserver, the conditions the facts file describes.
 
-TrainJobs are created through the real client; the simulator's steps are explicit; the checks
-read back through the real client (CustomObjectsApi, CoreV1Api, BatchV1Api).
+TrainJobs are created through the real client (as the admin, straight to the server); the
+simulator's steps are explicit; the checks read back through the real client
+(CustomObjectsApi, CoreV1Api, BatchV1Api) and real watches.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client, watch
 
-from tests.fakes.kube_apiserver import JOBSETS, PODS, FakeKubeApiServer
 from tests.fakes.kube_controller import (
     ADMISSION_GATED_BY,
     QUEUE_NAME_LABEL,
     ClusterSimulator,
     train_job_body,
 )
+from tests.servers.kube import KubeApiServer
+from tests.servers.kube_lane import RealKube
+from tests.servers.kube_resources import JOBSETS, PODS, TRAINJOBS
+from tests.servers.kube_webhook import SiteWebhook
+
+pytestmark = pytest.mark.integration
 
 G, V, P = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
 NS = "team-a"
@@ -26,11 +34,32 @@ Watch: Any = watch.Watch
 
 
 @pytest.fixture
-def apis(kube_api_client: Any) -> tuple[Any, Any, Any]:
+def kube_server(kube_lab: KubeApiServer) -> Iterator[RealKube]:
+    """The lane's server for this test, namespace :data:`NS` emptied before and after."""
+    env = RealKube(kube_lab, NS)
+    try:
+        yield env
+    finally:
+        env.close()
+
+
+@pytest.fixture
+def kube_cluster(kube_server: RealKube) -> Iterator[ClusterSimulator]:
+    """The scripted controllers writing through the server; background thread stopped after."""
+    cluster = ClusterSimulator(kube_server.store)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        assert not cluster.errors, f"cluster simulator failed in the background: {cluster.errors!r}"
+
+
+@pytest.fixture
+def apis(kube_server: RealKube) -> tuple[Any, Any, Any]:
     return (
-        client.CustomObjectsApi(kube_api_client),
-        client.CoreV1Api(kube_api_client),
-        client.BatchV1Api(kube_api_client),
+        client.CustomObjectsApi(kube_server.admin),
+        client.CoreV1Api(kube_server.admin),
+        client.BatchV1Api(kube_server.admin),
     )
 
 
@@ -99,7 +128,7 @@ def test_succeed(apis: tuple[Any, Any, Any], kube_cluster: ClusterSimulator) -> 
 def test_container_failure_fails_job_jobset_and_trainjob(
     apis: tuple[Any, Any, Any],
     kube_cluster: ClusterSimulator,
-    kube_server: FakeKubeApiServer,
+    kube_server: RealKube,
     step: str,
     exit_code: int,
     reason: str,
@@ -170,7 +199,7 @@ def test_scheduler_preemption_marks_the_pod_disruption_target(
 
 
 def test_kueue_eviction_without_pod_reasons_suspends_the_trainjob(
-    apis: tuple[Any, Any, Any], kube_cluster: ClusterSimulator, kube_server: FakeKubeApiServer
+    apis: tuple[Any, Any, Any], kube_cluster: ClusterSimulator, kube_server: RealKube
 ) -> None:
     custom, core, _ = apis
     tj = _running(apis, kube_cluster, "tj-1", labels={QUEUE_NAME_LABEL: "lq"})
@@ -270,8 +299,17 @@ def test_foreground_stop_waits_for_pods_on_a_lost_node(
 
 
 def test_admission_gate_holds_quota_until_removed_and_cannot_be_added(
-    apis: tuple[Any, Any, Any], kube_cluster: ClusterSimulator
+    apis: tuple[Any, Any, Any], kube_cluster: ClusterSimulator, kube_server: RealKube
 ) -> None:
+    # Kueue's webhooks (default: a queued TrainJob is created suspended; validate: gates
+    # are only removed) run as a real admission webhook of the server
+    with SiteWebhook(
+        kube_server.lab, NS, TRAINJOBS, kube_cluster.kueue_webhook, operations=("CREATE", "UPDATE")
+    ):
+        _gated_then_admitted(apis, kube_cluster)
+
+
+def _gated_then_admitted(apis: tuple[Any, Any, Any], kube_cluster: ClusterSimulator) -> None:
     custom, core, _ = apis
     gates = "dispatch.example/start,admin.example/hold"
     tj = _running(
@@ -365,9 +403,9 @@ def test_trainer_v2_3_0_clears_failed_when_the_jobset_goes(
     assert {p.status.phase for p in core.list_namespaced_pod(NS).items} == {"Running"}
 
 
-def test_trainer_main_keeps_failed(kube_server: FakeKubeApiServer, kube_api_client: Any) -> None:
+def test_trainer_main_keeps_failed(kube_server: RealKube) -> None:
     cluster = ClusterSimulator(kube_server.store, nodes=("n1",), trainer_version="main")
-    custom = client.CustomObjectsApi(kube_api_client)
+    custom = client.CustomObjectsApi(kube_server.admin)
     custom.create_namespaced_custom_object(G, V, NS, P, train_job_body("tj-1", num_nodes=1))
     cluster.settle()
     cluster.fail(NS, "tj-1")
@@ -376,11 +414,9 @@ def test_trainer_main_keeps_failed(kube_server: FakeKubeApiServer, kube_api_clie
     assert cluster.jobset(NS, "tj-1") is None
 
 
-def test_jobset_restarts_then_reaches_max_restarts(
-    kube_server: FakeKubeApiServer, kube_api_client: Any
-) -> None:
+def test_jobset_restarts_then_reaches_max_restarts(kube_server: RealKube) -> None:
     cluster = ClusterSimulator(kube_server.store, max_restarts=1)
-    custom = client.CustomObjectsApi(kube_api_client)
+    custom = client.CustomObjectsApi(kube_server.admin)
     custom.create_namespaced_custom_object(G, V, NS, P, train_job_body("tj-1"))
     cluster.settle()
     cluster.fail(NS, "tj-1")

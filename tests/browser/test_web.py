@@ -1,0 +1,343 @@
+"""The operator's web page in a real headless Chromium against a real ``dispatch up`` (local
+backend, fault injection): issue 13's Tests section.
+
+Each test opens its own page(s) through the ``new_page`` fixture, which fails the test when a
+page asks anything outside the API's origin, throws, or logs a console error.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from playwright.sync_api import Page
+
+from tests.browser.conftest import NewPage
+from tests.browser.support import BOB_TOKEN, SERVICE_TOKEN, WebUp, call, sign_in
+
+WAIT_FOR_FLAG = 'while [ ! -e "$FLAG" ]; do sleep 0.1; done'
+FAIL_ONCE = 'if [ -e "$FLAG.ran" ]; then ' + WAIT_FOR_FLAG + '; else touch "$FLAG.ran"; exit 3; fi'
+"""Exits 3 the first time, then runs until ``$FLAG`` exists (a resubmission runs)."""
+
+
+def _job_file_toml(name: str, script: str, flag: Path, rules: list[dict[str, Any]]) -> str:
+    lines = [
+        f"name = {json.dumps(name)}",
+        "",
+        "[spec]",
+        'cluster = "local"',
+        f"command = {json.dumps(['/bin/sh', '-c', script])}",
+        f"env = {{ FLAG = {json.dumps(str(flag))} }}",
+    ]
+    for rule in rules:
+        lines += ["", "[[policy.rules]]"]
+        lines += [f"{k} = {json.dumps(v)}" for k, v in rule.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _submit(up: WebUp, name: str, script: str, flag: Path, rules: list[dict[str, Any]]) -> str:
+    body = {
+        "name": name,
+        "spec": {
+            "cluster": "local",
+            "command": ["/bin/sh", "-c", script],
+            "env": {"FLAG": str(flag)},
+        },
+        "policy": {"rules": rules},
+    }
+    code, answer = call(up.api, up.token, "POST", "/v1/jobs", body)
+    assert code == 201, answer
+    return str(answer["job_id"])
+
+
+def _open(page: Page, hash_: str) -> None:
+    page.evaluate(f"location.hash = {json.dumps(hash_)}")
+
+
+def test_sign_in_shows_the_actor_the_token_maps_to(up: WebUp, new_page: NewPage) -> None:
+    page = new_page(up.api)
+    sign_in(page, up.token)
+    assert page.inner_text("#whoami") == f"signed in as {up.actor} (human)"
+    # The token is the tab's, and never part of a URL.
+    assert page.evaluate("sessionStorage.getItem('dispatch.token')") == up.token
+    assert up.token not in page.url
+    page.wait_for_selector("#jobs")
+
+
+def test_a_job_submitted_from_the_page_shows_its_plan_and_a_preemption_live(
+    up: WebUp, new_page: NewPage, tmp_path: Path, screenshots: Path
+) -> None:
+    """Submit from the page: the plan (uncovered causes) before confirming; then preempting
+    the job (fault injection) shows ``recovering`` then ``running`` without a reload."""
+    page = new_page(up.api)
+    sign_in(page, up.token)
+    page.click("#nav-submit")
+    rules = [{"on": ["preempted", "node-lost"], "action": "resubmit", "budget": 3}]
+    page.fill("#jobfile", _job_file_toml("webtrain", WAIT_FOR_FLAG, tmp_path / "flag", rules))
+    page.click("#preview")
+    uncovered = page.inner_text("#uncovered")
+    assert "non-zero-exit" in uncovered
+    assert "preempted" not in uncovered
+    assert "node-lost" not in uncovered
+    assert "resubmit" in page.inner_text("#plan")
+    page.click("#confirm-submit")
+    page.wait_for_url(re.compile(r"#/job/webtrain-[a-z2-7]{8}$"))
+    job_id = page.url.rsplit("/", 1)[1]
+    assert "non-zero-exit" in page.inner_text("#uncovered")  # the job's own plan
+    page.wait_for_function(
+        "document.getElementById('job-state')?.textContent === 'running'", timeout=90_000
+    )
+    page.evaluate(
+        """() => {
+            window.__marker = 'no reload';
+            window.__seen = [document.getElementById('job-state').textContent];
+            new MutationObserver(() => {
+                const s = document.getElementById('job-state');
+                if (s && window.__seen[window.__seen.length - 1] !== s.textContent) {
+                    window.__seen.push(s.textContent);
+                }
+            }).observe(document.getElementById('job-status'), {childList: true, subtree: true});
+        }"""
+    )
+    first = up.up.object_id(job_id)
+    up.up.faults.preempt(first)
+    page.wait_for_function(
+        """() => {
+            const seen = window.__seen, i = seen.indexOf('recovering');
+            return i >= 0 && seen.slice(i + 1).includes('running');
+        }""",
+        timeout=120_000,
+    )
+    assert page.evaluate("window.__marker") == "no reload"
+    assert page.inner_text("#job-cause") in ("none", "preempted")
+    page.wait_for_function(
+        "document.getElementById('history').textContent.includes('preempted')", timeout=60_000
+    )
+    page.screenshot(path=str(screenshots / "job.png"), full_page=True)
+    (tmp_path / "flag").touch()
+
+
+def test_a_held_job_is_answered_from_the_inbox(
+    up: WebUp, new_page: NewPage, tmp_path: Path, screenshots: Path
+) -> None:
+    """A hold rule's job appears in the inbox; release is refused with the core's reason;
+    resubmit from the page runs it again; the record names the person of the token."""
+    job_id = _submit(
+        up, "webhold", FAIL_ONCE, tmp_path / "flag", [{"on": ["non-zero-exit"], "action": "hold"}]
+    )
+    up.up.wait_status(job_id, lambda s: s["state"] == "held", timeout_s=90)
+    page = new_page(up.api, allowed=(409,))
+    sign_in(page, up.token)
+    page.click("#nav-inbox")
+    item = page.locator(f"li.item[data-job='{job_id}']")
+    item.wait_for()
+    assert "resubmit, cancel or give up" in item.inner_text()
+    assert {b.get_attribute("data-answer") for b in item.locator("button").all()} == {
+        "release",
+        "resubmit",
+        "cancel",
+        "give-up",
+    }
+    page.screenshot(path=str(screenshots / "inbox.png"), full_page=True)
+
+    code, refusal = call(up.api, up.token, "POST", f"/v1/jobs/{job_id}/release", {"reason": "x"})
+    assert code == 409, refusal
+    item.locator("button[data-answer=release]").click()
+    page.fill("#confirm-reason", "the data is fixed")
+    page.click("#confirm-ok")
+    refused = page.locator(f"li.item[data-job='{job_id}'] .answer-result.refused")
+    refused.wait_for()
+    assert refusal["error"]["message"] in refused.inner_text()
+
+    page.locator(f"li.item[data-job='{job_id}'] button[data-answer=resubmit]").click()
+    page.fill("#confirm-reason", "retry after fixing the input path")
+    page.click("#confirm-ok")
+    page.locator(f"li.item[data-job='{job_id}'] .answer-result.ok").wait_for()
+    up.up.wait_status(job_id, lambda s: s["state"] == "running", timeout_s=90)
+
+    _open(page, f"#/job/{job_id}")
+    page.wait_for_function(
+        "document.getElementById('job-state')?.textContent === 'running'", timeout=60_000
+    )
+    page.click("#record summary")
+    events = page.inner_text("#events")
+    assert "retry after fixing the input path" in events
+    assert f'"name":"{up.actor}","kind":"human"' in events
+    (tmp_path / "flag").touch()
+
+
+def test_abandon_is_offered_to_a_person_only_and_refused_if_a_service_forces_it(
+    up: WebUp, new_page: NewPage, tmp_path: Path
+) -> None:
+    job_id = _submit(up, "webabandon", WAIT_FOR_FLAG, tmp_path / "flag", [])
+    up.up.wait_status(job_id, lambda s: s["submission"] is not None, timeout_s=90)
+
+    person = new_page(up.api)
+    sign_in(person, BOB_TOKEN)
+    _open(person, f"#/job/{job_id}")
+    person.locator("#commands button[data-answer=abandon]").wait_for()
+
+    service = new_page(up.api, allowed=(403, 409))
+    sign_in(service, SERVICE_TOKEN)
+    assert service.inner_text("#whoami") == "signed in as ci (service)"
+    _open(service, f"#/job/{job_id}")
+    service.locator("#commands button[data-answer=cancel]").wait_for()
+    assert service.locator("button[data-answer=abandon]").count() == 0
+
+    code, refusal = call(
+        up.api,
+        SERVICE_TOKEN,
+        "POST",
+        f"/v1/jobs/{job_id}/abandon",
+        {"reason": "forced", "target": {"submission": 1}},
+    )
+    assert code in (403, 409), refusal
+    service.evaluate(
+        f"dispatchPage.give({json.dumps(job_id)}, 'abandon', 'forced', "
+        "{target: {submission: 1}})"
+    )
+    refused = service.locator("#answer-result.refused")
+    refused.wait_for()
+    assert refusal["error"]["message"] in refused.inner_text()
+    (tmp_path / "flag").touch()
+
+
+def test_jobs_list_filters_by_state_cluster_and_needs_a_person_and_shows_changes_live(
+    up: WebUp, new_page: NewPage, tmp_path: Path, screenshots: Path
+) -> None:
+    held = _submit(
+        up, "webneeds", "exit 3", tmp_path / "flag1", [{"on": ["non-zero-exit"], "action": "hold"}]
+    )
+    running = _submit(up, "webrun", WAIT_FOR_FLAG, tmp_path / "flag2", [])
+    up.up.wait_status(held, lambda s: s["state"] == "held", timeout_s=90)
+    up.up.wait_status(running, lambda s: s["state"] == "running", timeout_s=90)
+    page = new_page(up.api)
+    sign_in(page, up.token)
+    row = page.locator(f"#jobs tr[data-job='{running}']")
+    row.wait_for()
+    assert row.locator(".c-state").inner_text() == "running"
+    assert "local" in row.inner_text()
+    page.screenshot(path=str(screenshots / "jobs.png"), full_page=True)
+
+    page.check("#f-needs")
+    page.locator(f"#jobs tr[data-job='{held}']").wait_for()
+    page.wait_for_function(
+        f"!document.querySelector(\"#jobs tr[data-job='{running}']\")", timeout=30_000
+    )
+    assert "held:1" in page.inner_text(f"#jobs tr[data-job='{held}']")
+    page.uncheck("#f-needs")
+    page.select_option("#f-state", "running")
+    page.wait_for_function(
+        f"!document.querySelector(\"#jobs tr[data-job='{held}']\")", timeout=30_000
+    )
+    states = page.locator("#jobs .c-state").all_inner_texts()
+    assert states
+    assert set(states) == {"running"}
+    page.select_option("#f-state", "")
+    page.select_option("#f-cluster", "local")
+    page.locator(f"#jobs tr[data-job='{held}']").wait_for()
+
+    # Live: the running job ends (its flag) and the row says so without a reload.
+    page.select_option("#f-cluster", "")
+    page.locator(f"#jobs tr[data-job='{running}']").wait_for()
+    page.evaluate("window.__marker = 'no reload'")
+    (tmp_path / "flag2").touch()
+    page.wait_for_function(
+        f"document.querySelector(\"#jobs tr[data-job='{running}'] .c-state\")?.textContent"
+        " === 'succeeded'",
+        timeout=90_000,
+    )
+    assert page.evaluate("window.__marker") == "no reload"
+
+
+def test_the_page_works_at_phone_width(up: WebUp, new_page: NewPage, screenshots: Path) -> None:
+    page = new_page(up.api, width=390, height=844)
+    sign_in(page, up.token)
+    page.wait_for_selector("#jobs tbody tr")
+    width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert width[0] <= width[1], f"the page scrolls sideways at phone width: {width}"
+    page.screenshot(path=str(screenshots / "jobs-phone.png"), full_page=True)
+    page.click("#nav-inbox")
+    page.wait_for_selector("#inbox-items, #inbox-empty")
+    width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert width[0] <= width[1], f"the inbox scrolls sideways at phone width: {width}"
+    # Keyboard: the first job link is reachable with Tab and opens with Enter.
+    page.click("#nav-jobs")
+    link = page.locator("#jobs tbody tr a").first
+    link.focus()
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#job-state")
+
+
+def test_a_wrong_or_expired_token_is_told_so(up: WebUp, new_page: NewPage) -> None:
+    """A wrong token is refused at sign-in; a token the API stops taking (expired, revoked)
+    signs the page out with a message saying so. Runs last: it takes bob's token away."""
+    page = new_page(up.api, allowed=(401,), reconnects=True)
+    page.goto("/")
+    page.fill("#token", "not-a-token")
+    page.press("#token", "Enter")
+    error = page.locator("#signin-error")
+    error.wait_for()
+    assert "That token is not valid" in error.inner_text()
+    assert "the bearer token is not valid" in error.inner_text()
+
+    sign_in(page, BOB_TOKEN)
+    assert page.inner_text("#whoami") == "signed in as bob (human)"
+    page.wait_for_selector("#jobs")
+    up.set_tokens(bob=False)
+    page.locator("#signin-view:not([hidden])").wait_for(timeout=90_000)
+    assert "refused your token" in page.inner_text("#signin-error")
+    assert "expired" in page.inner_text("#signin-error")
+    assert page.evaluate("sessionStorage.getItem('dispatch.token')") is None
+
+
+def test_the_page_routes_answer_as_the_api_does(up: WebUp) -> None:
+    """Without a browser: the page's own routes need the token, refuse a bad job file naming
+    what is wrong, and the page forbids the browser any other origin (its CSP)."""
+    with urllib.request.urlopen(up.api + "/", timeout=30) as response:
+        csp = response.headers["Content-Security-Policy"]
+        assert "default-src 'none'" in csp
+        assert "connect-src 'self'" in csp
+        assert b"/ui/static/app.js" in response.read()
+    code, answer = call(up.api, "wrong", "GET", "/ui/api/me")
+    assert (code, answer["error"]["code"]) == (401, "unauthorized")
+    code, answer = call(up.api, up.token, "GET", "/ui/static/secret.txt")
+    assert code == 404
+    code, answer = call(up.api, up.token, "GET", "/ui/api/jobs?needs=robot")
+    assert (code, answer["error"]["field"]) == (400, "needs")
+
+    def preview(text: str) -> tuple[int, Any]:
+        request = urllib.request.Request(
+            up.api + "/ui/api/preview",
+            data=text.encode(),
+            method="POST",
+            headers={"Authorization": f"Bearer {up.token}", "Content-Type": "text/plain"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    code, answer = preview("[spec\n")
+    assert code == 400
+    assert "not valid TOML" in answer["error"]["message"]
+    code, answer = preview('[spec]\ncluster = "mars"\ncommand = ["true"]\n')
+    assert (code, answer["error"]["code"], answer["error"]["field"]) == (
+        400,
+        "unknown-cluster",
+        "spec.cluster",
+    )
+    code, answer = preview(
+        '[spec]\ncluster = "local"\ncommand = ["true"]\n\n'
+        '[[policy.rules]]\non = ["preempted"]\naction = "resubmit"\nbudget = 1\n'
+    )
+    assert code == 200, answer
+    assert "preempted" not in answer["plan"]["uncovered"]
+    assert answer["body"]["spec"]["cluster"] == "local"
+    code, _ = call(up.api, up.token, "GET", "/v1/jobs")  # nothing was submitted by it
+    assert code == 200
