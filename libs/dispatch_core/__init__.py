@@ -106,8 +106,10 @@ from dispatch_core.events import (
 from dispatch_core.fold import (
     RecordItem,
     fold,
+    fold_one,
 )
 from dispatch_core.job import (
+    STATUS_HISTORY_LIMIT,
     Attempt,
     Escalation,
     Hold,
@@ -218,6 +220,7 @@ __all__ = [
     "MAX_RESTART",
     "MAX_SUBMISSION",
     "SHARED_HOLD_FOR_S",
+    "STATUS_HISTORY_LIMIT",
     "SUPERVISOR",
     "WRITERS",
     "Abandon",
@@ -354,6 +357,7 @@ __all__ = [
     "escalation_kind",
     "event_tag",
     "fold",
+    "fold_one",
     "gate_opened",
     "is_job_id",
     "is_redundant",
