@@ -68,9 +68,11 @@ from dispatch_core.escalations import (
     EscalationKind,
     InvalidEscalationId,
     Severity,
+    StatusFacts,
     escalation_id,
     escalation_info,
     escalation_kind,
+    escalation_open,
     parse_escalation_id,
 )
 from dispatch_core.events import (
@@ -319,6 +321,7 @@ __all__ = [
     "Started",
     "State",
     "Status",
+    "StatusFacts",
     "Step",
     "Stop",
     "StopRequested",
@@ -352,6 +355,7 @@ __all__ = [
     "escalation_id",
     "escalation_info",
     "escalation_kind",
+    "escalation_open",
     "event_tag",
     "fold",
     "gate_opened",
