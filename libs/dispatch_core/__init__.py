@@ -68,9 +68,11 @@ from dispatch_core.escalations import (
     EscalationKind,
     InvalidEscalationId,
     Severity,
+    StatusFacts,
     escalation_id,
     escalation_info,
     escalation_kind,
+    escalation_open,
     parse_escalation_id,
 )
 from dispatch_core.events import (
@@ -322,6 +324,7 @@ __all__ = [
     "Started",
     "State",
     "Status",
+    "StatusFacts",
     "Step",
     "Stop",
     "StopRequested",
@@ -355,6 +358,7 @@ __all__ = [
     "escalation_id",
     "escalation_info",
     "escalation_kind",
+    "escalation_open",
     "event_tag",
     "fold",
     "fold_one",
