@@ -5,6 +5,13 @@ backend, deployment and end-to-end tests share ONE etcd + kube-apiserver per ses
 imported into several conftests would start one per directory).
 """
 
+from hypothesis import HealthCheck, settings
+
 from tests.servers.pytest_kube_real import kube_dispatch_token, kube_lab, kube_ns
+
+# Property tests run on shared 2-core machines and in CI beside real servers: a slow
+# example or slow input generation is load, not a finding. Examples and shrinking unchanged.
+settings.register_profile("dispatch", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("dispatch")
 
 __all__ = ["kube_dispatch_token", "kube_lab", "kube_ns"]

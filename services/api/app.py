@@ -270,10 +270,10 @@ async def _logs(request: web.Request) -> web.StreamResponse:
         raise BadRequest(
             f"stream must be stdout or stderr, got {raw_stream!r}", field="stream"
         ) from None
-    job = await ops.job(job_id)  # 404 before anything else when there is no such job
+    job = await ops.existing_job(job_id)  # 404 before anything else when there is no such job
     if follow:  # an execution not launched yet is waited for (until the job has an outcome)
         found = await wait_for_object(
-            lambda: ops.job(job_id), execution, output.poll_s, lambda: _gone(request)
+            lambda: ops.existing_job(job_id), execution, output.poll_s, lambda: _gone(request)
         )
     else:
         found = execution_object(job, execution)
