@@ -31,6 +31,7 @@ from services.api.app import make_app
 from services.api.auth import Authenticator, hash_token
 from services.api.metrics import ApiMetrics
 from services.api.operations import Operations
+from services.api.output import OutputClient
 from services.common.http import start_http
 from tests.integration.api.support import (
     CLUSTERS,
@@ -135,6 +136,7 @@ async def api(
         metrics=metrics,
         ready=ready,
         sse_heartbeat_s=sse_heartbeat_s,
+        output=OutputClient(nc, layout=layout, timeout_s=10, poll_s=0.05),
     )
     runner, port = await start_http(app, "127.0.0.1", 0)
     ready.set()
