@@ -42,6 +42,7 @@ from dispatch_core.events import (
     LaunchUnknown,
     NodeLossObserved,
     OutcomeCommitted,
+    ProgressObserved,
     RecoveryCommitted,
     StopRequested,
     SubmissionOpened,
@@ -130,6 +131,7 @@ class _Acc:
         "outcome_cause",
         "plan",
         "policy",
+        "progress",
         "recoveries",
         "seq",
         "spec",
@@ -179,6 +181,7 @@ class _Acc:
         self.esc_index: dict[str, int] = {}
         self.history: list[Transition] = []
         self.ended_cause: Cause | None = None
+        self.progress: list[ProgressObserved] = []
 
     @classmethod
     def created(cls, seq: int, ev: JobCreated) -> _Acc:
@@ -230,6 +233,7 @@ class _Acc:
         acc.esc_index = {e.id: i for i, e in enumerate(job.escalations)}
         acc.history = list(job.history)
         acc.ended_cause = job.ended_cause
+        acc.progress = list(job.progress)
         return acc
 
     def freeze(self) -> Job:
@@ -262,6 +266,7 @@ class _Acc:
             escalations=tuple(self.escalations),
             history=tuple(self.history),
             ended_cause=self.ended_cause,
+            progress=tuple(self.progress),
         )
 
     # -- lookups that refuse what does not exist ------------------------------------------
@@ -391,7 +396,14 @@ def _apply(acc: _Acc, seq: int, ev: JobEvent) -> None:
                     f"{len(acc.plan.rules)} rules",
                 )
             acc.recoveries.append(
-                Recovery(at=ev.at, rule=ev.rule, action=ev.action, cause=ev.cause, native=ev.native)
+                Recovery(
+                    at=ev.at,
+                    rule=ev.rule,
+                    action=ev.action,
+                    cause=ev.cause,
+                    native=ev.native,
+                    free=ev.free,
+                )
             )
             acc.history.append(Transition(at=ev.at, state=State.RECOVERING, cause=ev.cause))
         case EscalationCommitted():
@@ -499,6 +511,9 @@ def _apply(acc: _Acc, seq: int, ev: JobEvent) -> None:
         case CessationObserved():
             obj = acc.object(seq, ev.ref, "cessation.observed")
             acc.objects[ev.ref] = replace(obj, cessation_asked_at=ev.at, ceased=ev.ceased)
+        case ProgressObserved():
+            acc.object(seq, ev.ref, "progress.observed")
+            acc.progress.append(ev)
         case OutcomeCommitted():
             if acc.outcome is not None:
                 raise acc.bad(

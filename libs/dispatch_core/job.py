@@ -11,7 +11,7 @@ import enum
 
 import msgspec
 
-from dispatch_core.events import AbandonTarget
+from dispatch_core.events import AbandonTarget, ProgressObserved
 from dispatch_core.state import (
     Action,
     Actor,
@@ -136,6 +136,8 @@ class Recovery(msgspec.Struct, frozen=True, kw_only=True):
     action: Action
     cause: Cause
     native: bool = False
+    free: bool = False
+    """Spent nothing of the rule's budget (``free_if_progress``, issue 14)."""
 
 
 class Hold(msgspec.Struct, frozen=True, kw_only=True):
@@ -215,6 +217,8 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
         history: the committed transitions, in order.
         ended_cause: the cause of the last execution the record shows ended (duplicates
             aside), or ``None`` while none has ended; a recovering job shows it (seed 000).
+        progress: the job's publications each time one of its executions ended (issue 14),
+            in order.
     """
 
     job_id: str
@@ -242,6 +246,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     escalations: tuple[Escalation, ...] = ()
     history: tuple[Transition, ...] = ()
     ended_cause: Cause | None = None
+    progress: tuple[ProgressObserved, ...] = ()
 
     @property
     def hold(self) -> Hold | None:
@@ -270,8 +275,9 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
         return None
 
     def spent(self, rule: int) -> int:
-        """How many recoveries rule ``rule`` has made."""
-        return sum(1 for r in self.recoveries if r.rule == rule)
+        """How much of rule ``rule``'s budget its recoveries spent (a ``free`` one spends
+        nothing, issue 14)."""
+        return sum(1 for r in self.recoveries if r.rule == rule and not r.free)
 
 
 class HoldView(msgspec.Struct, frozen=True, kw_only=True):
