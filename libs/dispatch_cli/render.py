@@ -417,6 +417,10 @@ def status_detail(
         lines.append(f"  submission  {status.submission}")
     if status.epoch is not None:
         lines.append(f"  epoch       {status.epoch}")
+    if status.published_step is not None:
+        lines.append(
+            f"  published   step {status.published_step} (as of {when(status.published_at)})"
+        )
     objects = ", ".join(f"{o.cluster}/{o.id}" for o in status.objects) or "-"
     lines.append(f"  objects     {objects}")
     lines.append(f"  hold        {hold_text(status.hold)}")

@@ -311,6 +311,8 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
         epoch: ``DISPATCH_EPOCH`` of the current execution, when one is known.
         objects: the refs of the job's live objects.
         settled: whether the job has an outcome and nothing of it can still act.
+        published_step: the latest published step a progress fact recorded (issue 14), and
+            ``published_at`` when its ``pub/`` listing was read; ``None`` when none did.
     """
 
     job_id: str
@@ -327,3 +329,5 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
     epoch: int | None = None
     objects: tuple[ObjectRef, ...] = ()
     settled: bool = False
+    published_step: int | None = None
+    published_at: UtcDatetime | None = None

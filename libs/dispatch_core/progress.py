@@ -33,7 +33,7 @@ from dispatch_core.events import ProgressObserved
 from dispatch_core.job import Job
 from dispatch_core.state import ObjectRef, PlannedRule, Publications
 
-__all__ = ["Verdict", "fact_for", "last_step", "observe", "verdict"]
+__all__ = ["Verdict", "fact_for", "last_step", "latest_published", "observe", "verdict"]
 
 
 class Verdict(enum.StrEnum):
@@ -54,6 +54,14 @@ def last_step(job: Job) -> int | None:
     for fact in reversed(job.progress):
         if fact.step is not None:
             return fact.step
+    return None
+
+
+def latest_published(job: Job) -> ProgressObserved | None:
+    """The last ``progress.observed`` fact of ``job`` that recorded a step, or ``None``."""
+    for fact in reversed(job.progress):
+        if fact.step is not None:
+            return fact
     return None
 
 

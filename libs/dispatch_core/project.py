@@ -12,6 +12,7 @@ from msgspec.structs import replace
 
 from dispatch_core.epoch import epoch
 from dispatch_core.job import HoldView, Job, LaunchOutcome, Status
+from dispatch_core.progress import latest_published
 from dispatch_core.state import (
     Cause,
     CauseKind,
@@ -70,6 +71,7 @@ def project(
     state, cause = _state(job, current, discovery, now)
     hold = job.hold
     sub = job.submission
+    published = latest_published(job)
     return Status(
         job_id=job.job_id,
         level=Level.FULL,
@@ -99,6 +101,8 @@ def project(
         else epoch(job.generation, sub.number, current.restarts),
         objects=_live_refs(discovery),
         settled=settled(job, discovery),
+        published_step=None if published is None else published.step,
+        published_at=None if published is None else (published.read_at or published.at),
     )
 
 

@@ -72,3 +72,20 @@ def test_no_progress_is_answered_by_resubmit_or_give_up_or_cancel() -> None:
     assert f"dispatch resubmit j {R}" in hint
     assert "give-up" in hint
     assert "cancel" in hint
+
+
+def test_status_shows_the_latest_published_step_and_when() -> None:
+    from dispatch_cli.render import status_detail
+    from dispatch_core import Level, State, Status
+
+    status = Status(
+        job_id="j",
+        level=Level.FULL,
+        state=State.RECOVERING,
+        cause=Cause(kind=CauseKind.PREEMPTED, provenance=Provenance.SCHEDULER),
+        at=T0,
+        seq=9,
+        published_step=300,
+        published_at=T0,
+    )
+    assert "  published   step 300 (as of " in status_detail(status, [])

@@ -348,3 +348,16 @@ def test_a_no_progress_hold_fires_exactly_at_n(
     else:
         assert holds == []
     assert Verdict.NO_PROGRESS not in verdicts[:-1]
+
+
+def test_status_shows_the_latest_published_step_and_when() -> None:
+    sim = Sim(rule(CauseKind.PREEMPTED, budget=3, free_if_progress=True))
+    assert sim.status().published_step is None
+    _run_and_end(sim, step=120)
+    read_at = sim.job.progress[-1].read_at
+    _run_and_end(sim)  # nothing new: the step stays, and when it was last read
+    status = sim.status()
+    assert status.published_step == 120
+    assert status.published_at is not None
+    assert read_at is not None
+    assert status.published_at >= read_at
