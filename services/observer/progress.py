@@ -13,15 +13,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Final
 
 from dispatch_ckpt import Checkpoints, CkptError
-from dispatch_core import Publications
+from dispatch_core import JobCreated, Publications, decode_event
 from dispatch_core.constants import JOB_PLACEHOLDER
 
-__all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_PER_POLL", "PublicationReader", "RootOf"]
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_PER_POLL",
+    "PublicationReader",
+    "RecordRoots",
+    "RootOf",
+]
 
 log = logging.getLogger("dispatch.observer")
 
@@ -35,6 +41,51 @@ RootOf = Callable[[str], str | None]
 """A job's checkpoint root (``JobSpec.checkpoint``, ``{job}`` not yet replaced), or ``None``."""
 
 
+class RecordRoots:
+    """Each job's checkpoint root, from the first event of its record (``job.created``'s
+    ``spec.checkpoint``), read once per job and kept; a read that fails is tried again at the
+    next poll.
+
+    Args:
+        first_event: the job's first record event's payload, or ``None`` for an unknown job.
+        concurrency: most reads at once.
+    """
+
+    def __init__(
+        self,
+        first_event: Callable[[str], Awaitable[bytes | None]],
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+    ) -> None:
+        self._first_event = first_event
+        self._concurrency = concurrency
+        self._roots: dict[str, str | None] = {}
+
+    def __call__(self, job_id: str) -> str | None:
+        return self._roots.get(job_id)
+
+    async def learn(self, job_ids: Iterable[str]) -> None:
+        """Read the root of each job not known yet."""
+        unknown = [j for j in dict.fromkeys(job_ids) if j not in self._roots]
+        slots = asyncio.Semaphore(self._concurrency)
+
+        async def one(job_id: str) -> None:
+            async with slots:
+                try:
+                    payload = await self._first_event(job_id)
+                except Exception as err:  # a store error: try again at the next poll
+                    log.warning(
+                        "observer.root_unreadable", extra={"job_id": job_id, "error": str(err)}
+                    )
+                    return
+            if payload is None:
+                return  # no record yet: the API may not have appended it
+            event = decode_event(payload)
+            self._roots[job_id] = event.spec.checkpoint if isinstance(event, JobCreated) else None
+
+        await asyncio.gather(*(one(j) for j in unknown))
+
+
 class PublicationReader:
     """Reads the latest publication of jobs' checkpoint roots, bounded per poll."""
 
@@ -42,6 +93,7 @@ class PublicationReader:
         self,
         root_of: RootOf,
         *,
+        learn: Callable[[Iterable[str]], Awaitable[None]] | None = None,
         per_poll: int = DEFAULT_PER_POLL,
         concurrency: int = DEFAULT_CONCURRENCY,
         timeout_s: float = 10.0,
@@ -50,14 +102,22 @@ class PublicationReader:
 
         Args:
             root_of: each job's checkpoint root, or ``None`` for a job without one.
+            learn: called with the jobs of a poll before ``root_of`` is asked about them
+                (:meth:`RecordRoots.learn`).
             per_poll: most jobs read in one :meth:`read`.
             concurrency: most listings at once.
             timeout_s: on S3, the longest one request may take, in seconds.
         """
         self._root_of = root_of
+        self._learn = learn
         self._per_poll = per_poll
         self._concurrency = concurrency
         self._timeout_s = timeout_s
+
+    async def prepare(self, job_ids: Iterable[str]) -> None:
+        """Learn the roots of ``job_ids`` (when a ``learn`` was given)."""
+        if self._learn is not None:
+            await self._learn(job_ids)
 
     def has_root(self, job_id: str) -> bool:
         """Whether the job has a checkpoint root to read."""

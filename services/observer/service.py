@@ -55,7 +55,8 @@ from dispatch_core import (
     encode,
     is_job_id,
 )
-from dispatch_nats import LatestStore, Layout, NatsStoreError, StreamKind
+from dispatch_core.writers import WriterKind
+from dispatch_nats import LatestStore, Layout, NatsStoreError, RecordStore, StreamKind
 from services.common.clock import utcnow
 from services.common.http import health_app, start_http
 from services.common.lifecycle import (
@@ -68,7 +69,7 @@ from services.common.lifecycle import (
 from services.observer.config import ObserverConfig
 from services.observer.heartbeat import Heartbeat, encode_heartbeat
 from services.observer.metrics import ObserverMetrics
-from services.observer.progress import PublicationReader
+from services.observer.progress import PublicationReader, RecordRoots
 
 __all__ = ["Observer", "PollResult", "run"]
 
@@ -293,6 +294,7 @@ class Observer:
         the supervisor never decides an end on an earlier reading)."""
         if self._reader is None:
             return {}
+        await self._reader.prepare(d.job_id for d in built)
         due: list[str] = []
         periodic = self._polls % self._progress_every == 0
         for discovery in built:
@@ -397,6 +399,14 @@ def _step(publications: Publications | None) -> tuple[int | None, int | None] | 
     return None if publications is None else (publications.epoch, publications.step)
 
 
+def _first_event(records: RecordStore) -> Callable[[str], Awaitable[bytes | None]]:
+    async def first(job_id: str) -> bytes | None:
+        entries = await records.read(job_id)
+        return entries[0].payload if entries else None
+
+    return first
+
+
 def _loaded(observer: Observer) -> Callable[[], Awaitable[bool]]:
     async def load() -> bool:
         await observer.load()
@@ -465,6 +475,16 @@ async def run(
             read_timeout_s=cfg.store_timeout_s,
         )
         stack.push_async_callback(discoveries.aclose)
+        # Progress (issue 14): each job's checkpoint root comes from its record's first
+        # event; the observer only reads the record (it never appends).
+        records = RecordStore(
+            nc,
+            writer=WriterKind.SUPERVISOR,
+            layout=layout,
+            read_timeout_s=cfg.store_timeout_s,
+        )
+        stack.push_async_callback(records.aclose)
+        roots = RecordRoots(_first_event(records))
         observer = Observer(
             backend,
             discoveries,
@@ -472,6 +492,7 @@ async def run(
             layout=layout,
             metrics=metrics,
             poll_interval_s=interval,
+            publications=PublicationReader(roots, learn=roots.learn),
         )
         if await retry_until_stopped(stop, "observer.load", _loaded(observer)) is None:
             return
