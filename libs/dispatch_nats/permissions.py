@@ -17,7 +17,8 @@ identity            may
 ``notifier``        append as ``notifier`` (deliveries); read the record; its durable
                     consumer on the record stream (``<durable>``)
 ``observer-<c>``    publish the Discoveries of cluster ``<c>`` and its heartbeat
-                    ``dispatch.observer.<c>``; read the discovery stream
+                    ``dispatch.observer.<c>``; read the discovery stream, and the record
+                    (a job's checkpoint root, issue 14)
 ``reader``          (optional, for people and tools that read the public contract) read and
                     follow the record, statuses, discoveries and heartbeats (JetStream and
                     core subscriptions); JetStream account info; publish nothing else
@@ -319,7 +320,8 @@ def permissions(
                 f"{layout.latest_prefix(StreamKind.DISCOVERY)}.{identity.cluster}.*",
                 layout.observer_subject(identity.cluster),
             ]
-            pub += js.direct_get(disc)
+            # the record, read-only: a job's checkpoint root from its job.created (issue 14)
+            pub += js.direct_get(disc, rec)
         case Role.READER:
             pub += js.info(rec, disc, stat) + js.direct_get(rec, disc, stat)
             pub += js.ordered(rec, disc, stat)
