@@ -289,9 +289,10 @@ class Observer:
         self, built: list[Discovery], seen_at: datetime
     ) -> dict[str, Publications | None]:
         """Read ``pub/`` of the jobs due (issue 14): one whose Discovery shows an execution
-        ended that the last published one didn't, and, every ``progress_every`` polls, one
-        with a live object. A job due whose reading failed gets ``None`` (nothing read, so
-        the supervisor never decides an end on an earlier reading)."""
+        ended that the last published one didn't, one with an object on a lost node, and,
+        every ``progress_every`` polls, one with a live object. A job due whose reading
+        failed gets ``None`` (nothing read, so the supervisor never decides an end on an
+        earlier reading)."""
         if self._reader is None:
             return {}
         await self._reader.prepare(d.job_id for d in built)
@@ -301,8 +302,13 @@ class Observer:
             if not self._reader.has_root(discovery.job_id):
                 continue
             before = _ended(self._last.get(discovery.job_id, ()))
-            if _ended(discovery.objects) - before or (
-                periodic and any(o.alive for o in discovery.objects)
+            # A live object with a cause is on a lost node (seed 000): the node-loss fence
+            # may end its execution in any pass, so its listing is read every poll.
+            fenced = any(o.alive and o.cause is not None for o in discovery.objects)
+            if (
+                _ended(discovery.objects) - before
+                or fenced
+                or (periodic and any(o.alive for o in discovery.objects))
             ):
                 due.append(discovery.job_id)
         if not due:

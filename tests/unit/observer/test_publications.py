@@ -9,6 +9,7 @@ import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
+import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -146,3 +147,19 @@ def test_a_reading_is_bounded_per_poll(tmp_path: Path, per_poll: int) -> None:
     reader = PublicationReader(lambda job: str(tmp_path / job), per_poll=per_poll)
     got = asyncio.run(reader.read(["a", "b", "c"], T0))
     assert sorted(got) == ["a", "b", "c"][:per_poll]
+
+
+def test_a_job_on_a_lost_node_is_read_every_poll(tmp_path: Path) -> None:
+    """The node-loss fence may end the execution in any pass: its listing must be current."""
+    backend, store = _Backend(), _Store()
+    observer = _observer(tmp_path, backend, store, every=1000)
+    lost = Cause(kind=CauseKind.NODE_LOST, provenance=Provenance.SCHEDULER)
+    running = _obj(ObjectPhase.RUNNING)
+    backend.objects = {"j1": (running,)}
+    asyncio.run(observer.poll())
+    _publish(tmp_path / "j1", 10**6, 40)
+    backend.objects = {"j1": (msgspec.structs.replace(running, cause=lost),)}
+    asyncio.run(observer.poll())
+    pubs = store.put_[-1].publications
+    assert pubs is not None
+    assert pubs.step == 40
