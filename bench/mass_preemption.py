@@ -32,17 +32,24 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 from nats.aio.msg import Msg
+from prometheus_client import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
 
-from dispatch_core import Action, CauseKind, ObjectRef, RecoveryPolicy, RecoveryRule
+from bench.synthetic_scheduler import SyntheticScheduler
+from dispatch_core import Action, CauseKind, JobSpec, ObjectRef, RecoveryPolicy, RecoveryRule
 from dispatch_nats.contract import MSG_ID_HEADER
+from services.supervisor import service as supervisor_service
+from services.supervisor.config import SupervisorConfig
+from tests.e2e.installation import Installation
 from tests.e2e.runtime.harness import Runtime, Subprocess, shell
-from tests.servers.nats import NatsServer
+from tests.servers.nats import NatsServer, free_port
 from tests.util import assert_eventually
 
 POLICY = RecoveryPolicy(
@@ -61,7 +68,7 @@ class Watch:
 
     async def on_msg(self, msg: Msg) -> None:
         msg_id = (msg.headers or {}).get(MSG_ID_HEADER, "")
-        job_id = msg.subject.rsplit(".", 1)[-1]
+        job_id = msg.subject.split(".")[-2]  # dispatch.record.<job>.<writer>
         now = time.monotonic()
         if ":submission:2~" in msg_id:
             self.recovering.setdefault(job_id, now)
@@ -78,7 +85,8 @@ class Watch:
 async def run(args: argparse.Namespace) -> dict[str, object]:
     jobs = [f"mass-{i:05d}" for i in range(args.jobs)]
     with tempfile.TemporaryDirectory(prefix="bench-mass-") as tmp:
-        server = NatsServer(Path(tmp) / "store")
+        monitor = free_port()
+        server = NatsServer(Path(tmp) / "store", extra_args=("-m", str(monitor)))
         server.start()
         rt = Runtime(
             server.url, Path(tmp) / "rt", poll_interval_s=args.poll_interval, kill_wait_s=1.0
@@ -122,8 +130,10 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                 assert service.proc is not None
                 pids[service.name] = service.proc.pid
             cpu_before = {name: _cpu_s(pid) for name, pid in pids.items()}
+            msgs_before = await asyncio.to_thread(_supervisor_msgs, monitor)
+            counters_before = await _counters(rt)
             watch = Watch()
-            sub = await rt.nc.subscribe(f"{rt.layout.root}.record.*", cb=watch.on_msg)
+            sub = await rt.nc.subscribe(rt.layout.record_filter, cb=watch.on_msg)
             seen = await rt.nc.subscribe(f"{rt.layout.root}.discovery.*.*", cb=watch.on_discovery)
             t0 = time.monotonic()
             await asyncio.to_thread(_preempt_all, rt, refs)
@@ -148,6 +158,8 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                     print(f"--- {service.name}:\n{service.log_tail(80)}", file=sys.stderr)
                 raise
             cpu = {name: round(_cpu_s(pid) - cpu_before[name], 2) for name, pid in pids.items()}
+            msgs = await asyncio.to_thread(_supervisor_msgs, monitor)
+            counters = await _counters(rt)
             await sub.unsubscribe()
             await seen.unsubscribe()
         finally:
@@ -166,6 +178,15 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         "poll_interval_s": args.poll_interval,
         "setup_s": round(setup_s, 1),
         "cpu_s": cpu,
+        "supervisor_cpu_ms_per_job": round(
+            1000 * sum(v for k, v in cpu.items() if k.startswith("supervisor")) / len(jobs), 2
+        ),
+        "nats_msgs_per_job": round(
+            sum(msgs[k] - msgs_before.get(k, 0) for k in msgs) / len(jobs), 2
+        ),
+        "per_job": {
+            k: round((v - counters_before.get(k, 0.0)) / len(jobs), 2) for k, v in counters.items()
+        },
         "load_avg_1m": round(os.getloadavg()[0], 1),
     }
 
@@ -174,6 +195,212 @@ def _cpu_s(pid: int) -> float:
     """CPU seconds (user + system) process ``pid`` has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class SupervisorThread:
+    """One supervisor replica on its own event loop in a thread of this process, so that
+    its CPU time is its thread's (``--scheduler synthetic``: the scheduler is in memory)."""
+
+    def __init__(self, cfg: SupervisorConfig, backend: SyntheticScheduler) -> None:
+        self.registry = CollectorRegistry()
+        self._cfg = cfg
+        self._backend = backend
+        self._loop = asyncio.new_event_loop()
+        self._stop = asyncio.Event()
+        self._ready = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="supervisor", daemon=True)
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        ready = asyncio.Event()
+
+        async def main() -> None:
+            async def tell() -> None:
+                await ready.wait()
+                self._ready.set()
+
+            teller = asyncio.create_task(tell())
+            try:
+                await supervisor_service.run(
+                    self._cfg,
+                    self._stop,
+                    registry=self.registry,
+                    ready=ready,
+                    backends={self._backend.cluster: self._backend},
+                )
+            finally:
+                teller.cancel()
+
+        try:
+            self._loop.run_until_complete(main())
+        except BaseException as err:  # reported by start/stop
+            self.error = err
+            self._ready.set()
+
+    def start(self) -> None:
+        self._thread.start()
+        if not self._ready.wait(120) or self.error is not None:
+            raise RuntimeError(f"the supervisor did not start: {self.error!r}")
+
+    def cpu_s(self) -> float:
+        """CPU seconds the supervisor's thread has used so far."""
+        ident = self._thread.ident
+        assert ident is not None
+        return time.clock_gettime(time.pthread_getcpuclockid(ident))
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(60)
+
+    def counters(self) -> dict[str, float]:
+        """``passes`` and ``deliveries:<source>`` so far."""
+        out: dict[str, float] = {}
+        for metric in self.registry.collect():
+            for sample in metric.samples:
+                if sample.name == "dispatch_supervisor_passes_total":
+                    out["passes"] = out.get("passes", 0.0) + sample.value
+                elif sample.name == "dispatch_supervisor_deliveries_total":
+                    key = f"deliveries:{sample.labels['source']}"
+                    out[key] = out.get(key, 0.0) + sample.value
+        return out
+
+
+async def run_synthetic(args: argparse.Namespace) -> dict[str, object]:
+    """The mass preemption on the synthetic (in-memory, BENCHMARK) scheduler: the observer
+    on this loop, one supervisor replica on its own loop and thread, nats-server a process."""
+    jobs = [f"mass-{i:05d}" for i in range(args.jobs)]
+    backend = SyntheticScheduler()
+    with tempfile.TemporaryDirectory(prefix="bench-mass-") as tmp:
+        monitor = free_port()
+        server = NatsServer(Path(tmp) / "store", extra_args=("-m", str(monitor)))
+        server.start()
+        rt: Installation[SyntheticScheduler] = Installation(
+            server.url,
+            Path(tmp) / "rt",
+            backend,
+            clusters_toml="clusters = []\n",
+            poll_interval_s=args.poll_interval,
+        )
+        supervisor: SupervisorThread | None = None
+        try:
+            await rt.open()
+            await rt.observer(backend=backend, log_level="warning")
+            cfg = SupervisorConfig.from_env(
+                rt.supervisor_env(max_concurrent_passes=str(args.concurrency), log_level="warning")
+            )
+            supervisor = SupervisorThread(cfg, backend)
+            await asyncio.to_thread(supervisor.start)
+            started = time.monotonic()
+            slots = asyncio.Semaphore(64)
+            spec = JobSpec(cluster=backend.cluster, command=("train",))
+
+            async def submit(job_id: str) -> None:
+                async with slots:
+                    await rt.submit(job_id, spec, POLICY)
+
+            await asyncio.gather(*(submit(j) for j in jobs))
+
+            def all_running() -> None:
+                n = len(backend.running(1))
+                assert n == len(jobs), f"{n}/{len(jobs)} running"
+
+            await assert_eventually(all_running, timeout_s=3600, interval_s=1.0)
+            setup_s = time.monotonic() - started
+            print(f"{len(jobs)} jobs running after {setup_s:.1f} s", file=sys.stderr)
+            watch = Watch()
+            sub = await rt.nc.subscribe(rt.layout.record_filter, cb=watch.on_msg)
+            cpu_before = supervisor.cpu_s()
+            process_before = time.process_time()
+            msgs_before = await asyncio.to_thread(_supervisor_msgs, monitor)
+            counters_before = supervisor.counters()
+            server_before = _cpu_s(server.pid)
+            t0 = time.monotonic()
+            preempted = backend.preempt_all()
+
+            def done() -> None:
+                assert len(watch.resubmitted) == len(jobs), (
+                    f"{len(watch.resubmitted)}/{len(jobs)} resubmitted"
+                )
+                n = len(backend.running(2))
+                assert n == len(jobs), f"{n}/{len(jobs)} replacements running"
+
+            await assert_eventually(done, timeout_s=3600, interval_s=0.1)
+            wall_s = time.monotonic() - t0
+            cpu_s = supervisor.cpu_s() - cpu_before
+            process_s = time.process_time() - process_before
+            msgs = await asyncio.to_thread(_supervisor_msgs, monitor)
+            counters = supervisor.counters()
+            server_s = _cpu_s(server.pid) - server_before
+            await sub.unsubscribe()
+        finally:
+            if supervisor is not None:
+                await asyncio.to_thread(supervisor.stop)
+            await rt.close()
+            server.stop()
+    recovered = len(watch.resubmitted)
+    return {
+        "scheduler": "synthetic",
+        "jobs": len(jobs),
+        "preempted": preempted,
+        "resubmitted": recovered,
+        "all_resubmitted_s": round(max(watch.resubmitted.values()) - t0, 2),
+        "all_running_s": round(wall_s, 2),
+        "supervisor_cpu_s": round(cpu_s, 2),
+        "supervisor_cpu_ms_per_job": round(1000 * cpu_s / recovered, 3),
+        "nats_msgs_per_job": round(
+            sum(msgs[k] - msgs_before.get(k, 0) for k in msgs) / recovered, 2
+        ),
+        "per_job": {
+            k: round((v - counters_before.get(k, 0.0)) / recovered, 2) for k, v in counters.items()
+        },
+        "observer_and_bench_cpu_s": round(process_s - cpu_s, 2),
+        "nats_server_cpu_s": round(server_s, 2),
+        "poll_interval_s": args.poll_interval,
+        "concurrency": args.concurrency,
+        "setup_s": round(setup_s, 1),
+        "load_avg_1m": round(os.getloadavg()[0], 1),
+    }
+
+
+def _supervisor_msgs(monitor_port: int) -> dict[str, int]:
+    """Messages each supervisor connection sent plus received so far, by connection id
+    (nats-server's ``/connz``: a connection's ``in_msgs`` are what it published)."""
+    url = f"http://127.0.0.1:{monitor_port}/connz?limit=1024"
+    with urllib.request.urlopen(url, timeout=10) as response:  # loopback monitor
+        conns = json.load(response)["connections"]
+    return {
+        str(c["cid"]): int(c["in_msgs"]) + int(c["out_msgs"])
+        for c in conns
+        if c.get("name") == "dispatch-supervisor"
+    }
+
+
+async def _counters(rt: Runtime) -> dict[str, float]:
+    """The supervisor replicas' pass and delivery counters so far (their ``/metrics``),
+    summed over replicas: ``passes`` and ``deliveries:<source>``."""
+    total: dict[str, float] = {}
+    for service in rt.services:
+        if not isinstance(service, Subprocess) or not service.name.startswith("supervisor"):
+            continue
+        port = next(v for k, v in service.env.items() if k.endswith("_HTTP_PORT"))
+        url = f"http://127.0.0.1:{port}/metrics"
+        text = await asyncio.to_thread(_get, url)
+        for line in text.splitlines():
+            value = line.rsplit(" ", 1)[-1]
+            if line.startswith("dispatch_supervisor_passes_total{"):
+                total["passes"] = total.get("passes", 0.0) + float(value)
+            elif line.startswith("dispatch_supervisor_deliveries_total{"):
+                source = line.split('source="', 1)[1].split('"', 1)[0]
+                key = f"deliveries:{source}"
+                total[key] = total.get(key, 0.0) + float(value)
+    return total
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:  # loopback
+        body: bytes = response.read()
+    return body.decode()
 
 
 def _preempt_all(rt: Runtime, refs: list[ObjectRef]) -> None:
@@ -185,13 +412,31 @@ def _preempt_all(rt: Runtime, refs: list[ObjectRef]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument(
+        "--scheduler",
+        choices=("local", "synthetic"),
+        default="local",
+        help="local: processes on this machine; synthetic: in-memory rows (bench only)",
+    )
     parser.add_argument("--replicas", type=int, default=1)
     parser.add_argument("--poll-interval", type=float, default=1.0)
     parser.add_argument(
         "--concurrency", type=int, default=128, help="SUPERVISOR_MAX_CONCURRENT_PASSES"
     )
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(run(args))))
+    if args.scheduler == "synthetic":
+        if args.replicas != 1:
+            parser.error("--scheduler synthetic runs one supervisor replica")
+        result = asyncio.run(run_synthetic(args))
+        print(
+            f"{result['resubmitted']} jobs resubmitted in {result['all_running_s']} s; "
+            f"supervisor {result['supervisor_cpu_ms_per_job']} ms CPU and "
+            f"{result['nats_msgs_per_job']} NATS messages per recovered job",
+            file=sys.stderr,
+        )
+    else:
+        result = asyncio.run(run(args))
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

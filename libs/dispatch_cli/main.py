@@ -48,7 +48,7 @@ from dispatch_cli.render import (
 )
 from dispatch_cli.sbatch import build_sbatch_submission, plan_summary
 from dispatch_cli.watching import Watcher
-from dispatch_core import JobCreated, State
+from dispatch_core import JobCreated, State, escalation_open
 
 __all__ = ["cli", "main"]
 
@@ -659,9 +659,10 @@ def watch(target: Target, job: str) -> int:
 @client_options
 def escalations(target: Target, show_all: bool, job: str | None, undelivered: bool) -> int:
     """List escalations: dispatch asking a person to decide. By default those still open:
-    not delivered yet, of a job that can still act, or a failure nobody has superseded
-    yet. Each id's prefix says what happened; `dispatch status JOB` shows the command
-    that answers it.
+    not delivered yet, or not answered yet (a hold still in force, a launch nobody
+    abandoned, a failure nobody has superseded, anything of a job that can still act).
+    Each id's prefix says what happened; `dispatch status JOB` shows the command that
+    answers it.
 
     \b
     Examples:
@@ -689,12 +690,10 @@ def escalations(target: Target, show_all: bool, job: str | None, undelivered: bo
 
 
 def _is_open(escalation: EscalationView, job: JobSummary | None) -> bool:
-    """Whether an escalation still waits for a person: undelivered; or its job can still act;
-    or (``failed:``, ``refused:``) its job failed and nobody has superseded it yet."""
-    if escalation.delivered is None or job is None or not job.settled:
-        return True
-    prefix = escalation.id.partition(":")[0]
-    return prefix in ("failed", "refused") and job.superseded_by is None
+    """Whether an escalation still waits for a person: the core's rule (seed 002,
+    :func:`dispatch_core.escalation_open`), from the job's summary (no abandoned targets: an
+    abandoned ``unmatched:``/``foreign:`` one stays listed until the job settles)."""
+    return escalation_open(escalation.id, delivered=escalation.delivered is not None, job=job)
 
 
 @cli.command(short_help="Print a job's record, event by event.")

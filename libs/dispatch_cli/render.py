@@ -52,6 +52,7 @@ __all__ = [
     "cause_text",
     "escalations_table",
     "event_line",
+    "history_omitted_line",
     "hold_answers",
     "hold_brief",
     "hold_lines",
@@ -230,6 +231,17 @@ def transition_line(transition: Transition, *, note: str = "") -> str:
     if transition.detail:
         text += f"  -- {transition.detail}"
     return text + note
+
+
+def history_omitted_line(job_id: str, omitted: int, shown: int) -> str:
+    """The note that ``omitted`` earlier transitions of the job's history aren't shown: a
+    Status carries only its last ``STATUS_HISTORY_LIMIT`` (``shown`` here); the record holds
+    them all."""
+    what = "transition" if omitted == 1 else "transitions"
+    return (
+        f"({omitted} earlier {what} not shown: a Status carries the last {shown}; "
+        f"dispatch record {job_id} prints the whole record)"
+    )
 
 
 def jobs_table(jobs: Sequence[JobSummary]) -> str:
@@ -432,6 +444,10 @@ def status_detail(
         lines.append(f"  superseded  by {status.superseded_by}")
     lines.append(f"  as of       {when(status.at)} (record seq {status.seq}, {status.level.value})")
     lines.append("history (committed transitions, oldest first)")
+    if status.history_omitted:
+        lines.append(
+            "  " + history_omitted_line(status.job_id, status.history_omitted, len(status.history))
+        )
     if status.history:
         lines.extend("  " + transition_line(t) for t in status.history)
     else:

@@ -1,13 +1,15 @@
 """``dispatch watch``: follow a job's Status live until it settles.
 
 The API's SSE stream sends each Status the supervisor publishes, in order. Each one is shown
-on a line. A Status carries the job's whole history (its committed transitions), so a
-transition the stream skipped (the status stream keeps one Status per job: one replaced
-within milliseconds can be skipped) is still shown, from the record, marked as such:
-nothing committed is lost from view. The stream is resumed with ``Last-Event-ID`` when it
-ends before the job settles (the API restarted), for up to ``reconnect_s`` seconds. An
-``error`` event ends the watch at once: the API sends one when the job's record can't be
-read (``record-unreadable``, exit 9), and resuming would only get it again.
+on a line. A Status carries the latest of the job's committed transitions and how many
+there are (``history_total``), so a transition the stream skipped (the status stream keeps
+one Status per job: one replaced within milliseconds can be skipped) is still shown, from
+the record, marked as such; transitions older than the Status carries are counted and the
+person pointed at ``dispatch record``: nothing committed is lost from view. The stream is
+resumed with ``Last-Event-ID`` when it ends before the job settles (the API restarted), for
+up to ``reconnect_s`` seconds. An ``error`` event ends the watch at once: the API sends one
+when the job's record can't be read (``record-unreadable``, exit 9), and resuming would only
+get it again.
 
 When a hold is placed, the line is followed, once per hold, by what ended the execution (a
 recovery hold's cause, with the exit code or the scheduler's words) and the commands that
@@ -24,7 +26,7 @@ import msgspec
 
 from dispatch_cli.client import ApiClient
 from dispatch_cli.errors import CliError, Unreachable
-from dispatch_cli.render import hold_lines, status_line, transition_line
+from dispatch_cli.render import history_omitted_line, hold_lines, status_line, transition_line
 from dispatch_core import State, Status, Transition
 
 __all__ = ["MISSED_NOTE", "Watcher"]
@@ -47,7 +49,7 @@ def _key(status: Status) -> tuple[object, ...]:
         status.objects,
         hold,
         status.settled,
-        len(status.history),
+        status.history_count,
     )
 
 
@@ -140,18 +142,23 @@ class Watcher:
         if self.json_lines:
             self.emit(msgspec.json.encode(status).decode())
             return
-        history = status.history
+        history, total = status.history, status.history_count
         if self._history_seen is None:
+            if status.history_omitted:
+                self.emit(history_omitted_line(self.job_id, status.history_omitted, len(history)))
             earlier = history[:-1] if _is_live(status, history[-1:]) else history
             for transition in earlier:
                 self.emit(transition_line(transition, note="  (earlier)"))
-            self._history_seen = len(history)
-        elif len(history) > self._history_seen:
-            new = history[self._history_seen :]
+            self._history_seen = total
+        elif total > self._history_seen:
+            fresh = total - self._history_seen  # committed since the last Status shown
+            new = history[-fresh:]
+            if fresh > len(new):
+                self.emit(history_omitted_line(self.job_id, fresh - len(new), len(history)))
             missed = new[:-1] if _is_live(status, new[-1:]) else new
             for transition in missed:
                 self.emit(transition_line(transition, note=MISSED_NOTE))
-            self._history_seen = len(history)
+            self._history_seen = total
         key = _key(status)
         if key != self._last_key:
             self.emit(status_line(status))

@@ -68,9 +68,11 @@ from dispatch_core.escalations import (
     EscalationKind,
     InvalidEscalationId,
     Severity,
+    StatusFacts,
     escalation_id,
     escalation_info,
     escalation_kind,
+    escalation_open,
     parse_escalation_id,
 )
 from dispatch_core.events import (
@@ -107,8 +109,10 @@ from dispatch_core.events import (
 from dispatch_core.fold import (
     RecordItem,
     fold,
+    fold_one,
 )
 from dispatch_core.job import (
+    STATUS_HISTORY_LIMIT,
     Attempt,
     Escalation,
     Hold,
@@ -220,6 +224,7 @@ __all__ = [
     "MAX_RESTART",
     "MAX_SUBMISSION",
     "SHARED_HOLD_FOR_S",
+    "STATUS_HISTORY_LIMIT",
     "SUPERVISOR",
     "WRITERS",
     "Abandon",
@@ -323,6 +328,7 @@ __all__ = [
     "Started",
     "State",
     "Status",
+    "StatusFacts",
     "Step",
     "Stop",
     "StopRequested",
@@ -356,8 +362,10 @@ __all__ = [
     "escalation_id",
     "escalation_info",
     "escalation_kind",
+    "escalation_open",
     "event_tag",
     "fold",
+    "fold_one",
     "gate_opened",
     "is_job_id",
     "is_redundant",

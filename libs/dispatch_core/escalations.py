@@ -29,14 +29,18 @@ back with :func:`parse_escalation_id` (or :func:`escalation_kind`, which never r
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from types import MappingProxyType
-from typing import Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import msgspec
 
 from dispatch_core.errors import DispatchError
+from dispatch_core.events import AbandonTarget
 from dispatch_core.state import CauseKind
+
+if TYPE_CHECKING:
+    from dispatch_core.job import HoldView
 
 __all__ = [
     "ESCALATIONS",
@@ -44,9 +48,11 @@ __all__ = [
     "EscalationKind",
     "InvalidEscalationId",
     "Severity",
+    "StatusFacts",
     "escalation_id",
     "escalation_info",
     "escalation_kind",
+    "escalation_open",
     "parse_escalation_id",
 ]
 
@@ -353,3 +359,99 @@ def escalation_info(escalation_id: str) -> EscalationInfo | None:
     """The table's row for an escalation id, or ``None`` when it isn't one this build knows."""
     kind = escalation_kind(escalation_id)
     return None if kind is None else ESCALATIONS[kind]
+
+
+class StatusFacts(Protocol):
+    """What :func:`escalation_open` reads of a job: a core ``Status``, the API's or the CLI's
+    ``JobSummary`` (each has these fields)."""
+
+    @property
+    def settled(self) -> bool:
+        """The job has an outcome and nothing of it can still act."""
+
+    @property
+    def superseded_by(self) -> str | None:
+        """The job superseding this one, if any."""
+
+    @property
+    def hold(self) -> HoldView | None:
+        """The hold in force, if any."""
+
+    @property
+    def submission(self) -> int | None:
+        """N of the current submission, if one is open."""
+
+
+def _answered(
+    kind: EscalationKind, arg: str | None, job: StatusFacts, abandoned: Collection[AbandonTarget]
+) -> bool:
+    """Whether what the escalation asked has been answered (or needs no answer)."""
+    if kind is _K.GIVE_UP:
+        return True  # it records a decision: nothing to answer
+    if kind in (_K.FAILED, _K.REFUSED):
+        return job.superseded_by is not None
+    if kind is _K.OVERDUE:
+        return job.hold is None or str(job.hold.instance) != arg
+    if kind is _K.ALL_UNKNOWN:
+        number = int(arg) if arg is not None else 0
+        moved_on = job.submission is not None and job.submission > number
+        return moved_on or any(
+            t.foreign is None and t.attempt is None and t.submission == number for t in abandoned
+        )
+    if kind is _K.UNMATCHED and arg is not None:
+        sub, _, att = arg.partition("/")
+        return any(
+            t.foreign is None and (t.submission, t.attempt) == (int(sub), int(att))
+            for t in abandoned
+        )
+    if kind is _K.FOREIGN:
+        return any(t.foreign is not None and t.foreign.id == arg for t in abandoned)
+    return False  # admin-held, cleanup-deadline, stop-overdue: answered when the job settles
+
+
+def escalation_open(
+    escalation_id: str,
+    *,
+    delivered: bool,
+    job: StatusFacts | None,
+    abandoned: Collection[AbandonTarget] = (),
+) -> bool:
+    """Whether an escalation still waits for a person (the CLI's and the web's "open").
+
+    Seed 002: "An escalation is dispatch asking a person to decide something it won't decide
+    alone", answered by its id's prefix. It waits for a person while a person hasn't been
+    told (not ``delivered``) or hasn't decided yet, and a job's life says which:
+
+    * ``failed:<cause>``, ``refused:<N>``: the outcome is final; open until someone
+      supersedes the job (``Supersede`` answers it, delivered or not);
+    * ``overdue:<i>``: open while hold ``i`` is in force (release, resubmit, cancel or
+      give-up end the hold: answered);
+    * ``all-unknown:<N>``: answered once submission ``N`` is abandoned or the job has moved
+      past it (a later submission); ``unmatched:<N>/<a>``: once that attempt is abandoned;
+      ``foreign:<id>``: once that object is abandoned;
+    * ``give-up``: it records a decision and asks nothing: open only until delivered;
+    * the rest (``admin-held:``, ``cleanup-deadline``, ``stop-overdue:``) and an id this
+      build doesn't know: open while undelivered or while the job hasn't settled (a settled
+      job has nothing left that can act).
+
+    An answered escalation is closed even if undelivered (the person answering knows).
+
+    Args:
+        escalation_id: the id as the record holds it.
+        delivered: whether a channel accepted it (the record's ``delivered``).
+        job: the job's Status (or a ``JobSummary`` of it); ``None`` when the job's Status
+            can't be read: then it is open (nothing says it was answered).
+        abandoned: the targets a person abandoned (``Job.abandoned``); a Status doesn't
+            carry them, so without them an abandoned ``unmatched:``/``foreign:`` escalation
+            counts as open until the job settles.
+    """
+    if job is None:
+        return True
+    kind = escalation_kind(escalation_id)
+    if kind is not None:
+        arg = escalation_id.partition(":")[2] or None
+        if _answered(kind, arg, job, abandoned):
+            return not delivered and kind is _K.GIVE_UP
+        if kind in (_K.FAILED, _K.REFUSED):
+            return True
+    return not delivered or not job.settled

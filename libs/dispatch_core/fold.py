@@ -8,15 +8,19 @@ could not have written: a sequence that doesn't increase, a first event that isn
 references something that does not exist (an attempt never intended, a hold never placed, a
 second outcome). Nothing is skipped.
 
-The fold runs on a private mutable accumulator and freezes it into a ``Job`` once, at the
-end, so a 1,000-event record folds in linear time.
+The fold runs on a private accumulator over the prior job (or an empty one) and freezes it
+into a ``Job`` once, at the end, so a 1,000-event record folds in linear time. The
+accumulator shares the prior job's tuples and indexes and keeps what the new events append
+or edit beside them, so folding events into a long job (``prior=``, :func:`fold_one`) costs
+what those events change, not what the job already holds (issue 11, "Fold that is truly
+incremental").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from datetime import datetime
-from typing import assert_never
+from typing import Final, Generic, Protocol, TypeVar, assert_never
 
 from msgspec.structs import replace
 
@@ -52,62 +56,287 @@ from dispatch_core.job import (
     Attempt,
     Escalation,
     Hold,
+    Indexed,
     Job,
     LaunchOutcome,
+    Marked,
     ObjectRecord,
     Recovery,
     Submission,
     Transition,
+    index_of,
+    marks_of,
+    recovery_kind,
+    submission_kind,
+    tally_of,
+    unconfirmed,
+    undelivered,
+    unknown_launch,
 )
 from dispatch_core.state import (
-    Actor,
     Cause,
     CauseKind,
-    Declarations,
-    JobSpec,
     ObjectRef,
-    Plan,
     Provenance,
-    RecoveryPolicy,
     State,
 )
-from dispatch_core.writers import WriterKind, event_tag, writers_of
+from dispatch_core.writers import WRITERS, WriterKind, event_tag, writers_of
 
-__all__ = ["RecordItem", "fold"]
+__all__ = ["RecordItem", "fold", "fold_one"]
 
 RecordItem = tuple[int, JobEvent, WriterKind]
 """One event of a record as ``fold`` takes it: its stream seq, the event, and the kind of
 writer that appended it (contract v2's record subject says which)."""
 
 
-class _Sub:
-    """A submission being folded: its attempts stay a list until the end."""
+_T = TypeVar("_T")
 
-    __slots__ = ("attempts", "cause", "number", "opened_at", "why")
+
+def _never(item: object) -> bool:
+    return False
+
+
+def _nothing(item: object) -> Hashable:
+    return None
+
+
+class _Vec(Generic[_T]):
+    """A tuple of the prior job being changed: appends and edits are kept beside it, so a
+    fold that appends one transition to a 10,000-transition history does no work per
+    transition held (the prior's tuple is shared, never thawed); :meth:`freeze` builds the
+    new tuple once, and returns the prior's own tuple when nothing changed."""
+
+    __slots__ = ("added", "base", "edits", "is_open", "kind", "n")
 
     def __init__(
         self,
-        number: int,
-        opened_at: datetime,
-        why: str,
-        cause: Cause | None,
-        attempts: list[Attempt],
+        base: tuple[_T, ...],
+        is_open: Callable[[_T], bool] = _never,
+        kind: Callable[[_T], Hashable] = _nothing,
     ) -> None:
-        self.number, self.opened_at, self.why, self.cause = number, opened_at, why, cause
-        self.attempts = attempts
+        self.base = base
+        self.n = len(base)  # the hot paths compare with it: kept, not asked
+        self.added: list[_T] = []
+        self.edits: dict[int, _T] = {}
+        self.is_open = is_open
+        self.kind = kind
 
-    def freeze(self) -> Submission:
-        return Submission(
-            number=self.number,
-            opened_at=self.opened_at,
-            why=self.why,
-            cause=self.cause,
-            attempts=tuple(self.attempts),
-        )
+    def __len__(self) -> int:
+        return self.n + len(self.added)
+
+    def __getitem__(self, i: int) -> _T:
+        """Item ``i`` (``0 <= i < len``, or -1 for the last)."""
+        n = self.n
+        if i < 0:
+            i += n + len(self.added)
+        if i >= n:
+            return self.added[i - n]
+        if self.edits:
+            edited = self.edits.get(i)
+            if edited is not None:
+                return edited
+        return self.base[i]
+
+    def __setitem__(self, i: int, value: _T) -> None:
+        n = self.n
+        if i < 0:
+            i += n + len(self.added)
+        if i >= n:
+            self.added[i - n] = value
+        else:
+            self.edits[i] = value
+
+    def __iter__(self) -> Iterator[_T]:
+        for i in range(len(self.base)):
+            yield self[i]
+        yield from self.added
+
+    def append(self, value: _T) -> None:
+        self.added.append(value)
+
+    def freeze(self) -> tuple[_T, ...]:
+        base = self.base
+        if self.edits:
+            if len(self.edits) == 1:
+                ((i, value),) = self.edits.items()
+                base = (*base[:i], value, *base[i + 1 :])
+            else:
+                items = list(base)
+                for i, value in self.edits.items():
+                    items[i] = value
+                base = tuple(items)
+        return (*base, *self.added) if self.added else base
+
+    def marks(self) -> tuple[int, ...]:
+        """The open items' positions (:class:`~dispatch_core.job.Marked`): the prior's,
+        with those of the items this fold edited or added found again."""
+        is_open = self.is_open
+        prior = marks_of(self.base, is_open)
+        if not self.edits and not self.added:
+            return prior
+        n = len(self.base)
+        new = [n + j for j, item in enumerate(self.added) if is_open(item)]
+        if not self.edits:
+            return (*prior, *new) if new else prior
+        kept = [i for i in prior if i not in self.edits]
+        kept += [i for i, item in self.edits.items() if is_open(item)]
+        return (*sorted(kept), *new)
+
+    def tally(self) -> Mapping[Hashable, int]:
+        """How many items of each kind (:class:`~dispatch_core.job.Marked`): the prior's,
+        with this fold's edits and additions counted."""
+        kind = self.kind
+        prior = tally_of(self.base, kind)
+        if not self.edits and not self.added:
+            return prior
+        tally = dict(prior)
+        for i, item in self.edits.items():
+            before, after = kind(self.base[i]), kind(item)
+            if before != after:
+                tally[before] -= 1
+                tally[after] = tally.get(after, 0) + 1
+        for item in self.added:
+            k = kind(item)
+            tally[k] = tally.get(k, 0) + 1
+        return tally
+
+    def freeze_marked(self) -> tuple[_T, ...]:
+        if not self.edits and not self.added and isinstance(self.base, Marked):
+            return self.base
+        return Marked(self.freeze(), self.marks(), self.tally())
+
+
+class _Keyed(_Vec[_T]):
+    """A :class:`_Vec` whose items are found by key through the job's index
+    (:class:`~dispatch_core.job.Indexed`).
+
+    The prior job's index is shared and only ever added to: an entry, once in a shared
+    index, is never changed (``dict.setdefault`` claims it in one step, so two folds of one
+    prior, even in two threads, can't both think they put the same key in). A fold that
+    finds its new key already placed elsewhere by another fold of the same prior takes a
+    private copy of the index. So for every version of the job, each of its keys maps to
+    its own position, and an entry that points elsewhere is another version's key.
+    """
+
+    __slots__ = ("at", "key", "owned")
+
+    def __init__(
+        self, base: tuple[_T, ...], key: Callable[[_T], Hashable], is_open: Callable[[_T], bool]
+    ) -> None:
+        super().__init__(base, is_open)
+        self.key = key
+        self.at: dict[Hashable, int] = index_of(base, key)
+        self.owned = not isinstance(base, Indexed)  # index_of built a new one
+
+    def find(self, k: Hashable) -> int | None:
+        """The position of the item with key ``k``, or ``None``."""
+        i = self.at.get(k)
+        if i is not None and i < self.n + len(self.added) and self.key(self[i]) == k:
+            return i
+        return None  # absent, or another version's key
+
+    def add(self, value: _T) -> None:
+        """Append ``value``, whose key is new to this version of the job."""
+        k, i = self.key(value), len(self)
+        if self.owned:
+            self.at[k] = i
+        elif self.at.setdefault(k, i) != i:
+            # Another fold of an earlier version put this key elsewhere: keep that entry
+            # for that fold, and go on with a private copy.
+            self.at = dict(self.at)
+            self.at[k] = i
+            self.owned = True
+        self.added.append(value)
+
+    def freeze_indexed(self) -> tuple[_T, ...]:
+        base = self.base
+        if not self.edits and not self.added and isinstance(base, Indexed) and base.at is self.at:
+            return base
+        return Indexed(self.freeze(), self.marks(), self.tally(), self.at)
+
+
+class _Fresh(list[_T]):
+    """The twin of :class:`_Vec` for a record folded from its beginning: a plain list
+    (its lookups and appends run at C speed, the full fold's hot path) with the same
+    freezing."""
+
+    __slots__ = ("is_open", "kind")
+
+    def __init__(
+        self, is_open: Callable[[_T], bool] = _never, kind: Callable[[_T], Hashable] = _nothing
+    ) -> None:
+        super().__init__()
+        self.is_open = is_open
+        self.kind = kind
+
+    def freeze(self) -> tuple[_T, ...]:
+        return tuple(self)
+
+    def freeze_marked(self) -> tuple[_T, ...]:
+        return Marked(self, *self._derived())
+
+    def _derived(self) -> tuple[tuple[int, ...], dict[Hashable, int]]:
+        is_open, kind = self.is_open, self.kind
+        tally: dict[Hashable, int] = {}
+        for item in self:
+            k = kind(item)
+            tally[k] = tally.get(k, 0) + 1
+        return tuple(i for i, item in enumerate(self) if is_open(item)), tally
+
+
+class _FreshKeyed(_Fresh[_T]):
+    """:class:`_Fresh` with the index :class:`_Keyed` keeps (this fold's own)."""
+
+    __slots__ = ("at", "key")
+
+    def __init__(
+        self, key: Callable[[_T], Hashable], is_open: Callable[[_T], bool] = _never
+    ) -> None:
+        super().__init__(is_open)
+        self.key = key
+        self.at: dict[Hashable, int] = {}
+
+    def find(self, k: Hashable) -> int | None:
+        return self.at.get(k)
+
+    def add(self, value: _T) -> None:
+        self.at[self.key(value)] = len(self)
+        self.append(value)
+
+    def freeze_indexed(self) -> tuple[_T, ...]:
+        return Indexed(self, *self._derived(), self.at)
+
+
+class _Items(Protocol[_T]):
+    """What ``_apply`` uses of a tuple being folded (:class:`_Vec` or :class:`_Fresh`)."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int, /) -> _T: ...
+    def __setitem__(self, i: int, value: _T, /) -> None: ...
+    def append(self, value: _T, /) -> None: ...
+    def freeze(self) -> tuple[_T, ...]: ...
+    def freeze_marked(self) -> tuple[_T, ...]: ...
+
+
+class _KeyedItems(_Items[_T], Protocol[_T]):
+    """:class:`_Items` found by key (:class:`_Keyed` or :class:`_FreshKeyed`)."""
+
+    def find(self, k: Hashable) -> int | None: ...
+    def add(self, value: _T) -> None: ...
+    def freeze_indexed(self) -> tuple[_T, ...]: ...
+
+
+def _object_key(obj: ObjectRecord) -> Hashable:
+    return obj.ref
+
+
+def _escalation_key(esc: Escalation) -> Hashable:
+    return esc.id
 
 
 class _Acc:
-    """The mutable twin of :class:`Job` that ``fold`` works on."""
+    """The job being folded: the prior job's scalars, and its tuples as :class:`_Vec`s that
+    share them. Building one from a Job and freezing it again costs O(fields), not O(job)."""
 
     __slots__ = (
         "abandoned",
@@ -117,9 +346,7 @@ class _Acc:
         "created_by",
         "declarations",
         "emergency_stop_at",
-        "ended",
         "ended_cause",
-        "esc_index",
         "escalations",
         "generation",
         "history",
@@ -140,101 +367,62 @@ class _Acc:
         "supersedes",
     )
 
-    def __init__(
-        self,
-        *,
-        job_id: str,
-        seq: int,
-        spec: JobSpec,
-        policy: RecoveryPolicy,
-        plan: Plan,
-        declarations: Declarations,
-        generation: int,
-        supersedes: str | None,
-        superseded_by: str | None,
-        created_at: datetime,
-        created_by: Actor,
-    ) -> None:
-        self.job_id, self.seq = job_id, seq
-        self.spec, self.policy, self.plan, self.declarations = spec, policy, plan, declarations
-        self.generation, self.supersedes, self.superseded_by = (
-            generation,
-            supersedes,
-            superseded_by,
-        )
-        self.created_at, self.created_by = created_at, created_by
-        self.submissions: list[_Sub] = []
-        self.objects: dict[ObjectRef, ObjectRecord] = {}
-        # Each object's ended executions, kept apart from ``objects`` so that an object
-        # requeued natively a thousand times doesn't copy a growing tuple each time.
-        self.ended: dict[ObjectRef, dict[int, None]] = {}  # an ordered set per object
-        self.recoveries: list[Recovery] = []
-        self.holds: list[Hold] = []
-        self.outcome: State | None = None
-        self.outcome_cause: Cause | None = None
-        self.outcome_at: datetime | None = None
-        self.cancel_requested_at: datetime | None = None
-        self.cancelled_by: Actor | None = None
-        self.emergency_stop_at: datetime | None = None
-        self.abandoned: list[AbandonTarget] = []
-        self.escalations: list[Escalation] = []
-        self.esc_index: dict[str, int] = {}
-        self.history: list[Transition] = []
-        self.ended_cause: Cause | None = None
-        self.progress: list[ProgressObserved] = []
-
-    @classmethod
-    def created(cls, seq: int, ev: JobCreated) -> _Acc:
-        return cls(
-            job_id=ev.job_id,
-            seq=seq,
-            spec=ev.spec,
-            policy=ev.policy,
-            plan=ev.plan,
-            declarations=ev.declarations,
-            generation=ev.generation,
-            supersedes=ev.supersedes,
-            superseded_by=None,
-            created_at=ev.at,
-            created_by=ev.by,
-        )
-
-    @classmethod
-    def thaw(cls, job: Job) -> _Acc:
-        acc = cls(
-            job_id=job.job_id,
-            seq=job.seq,
-            spec=job.spec,
-            policy=job.policy,
-            plan=job.plan,
-            declarations=job.declarations,
-            generation=job.generation,
-            supersedes=job.supersedes,
-            superseded_by=job.superseded_by,
-            created_at=job.created_at,
-            created_by=job.created_by,
-        )
-        acc.submissions = [
-            _Sub(s.number, s.opened_at, s.why, s.cause, list(s.attempts)) for s in job.submissions
-        ]
-        acc.objects = {o.ref: o for o in job.objects}
-        acc.ended = {o.ref: dict.fromkeys(o.ended) for o in job.objects if o.ended}
-        acc.recoveries = list(job.recoveries)
-        acc.holds = list(job.holds)
-        acc.outcome, acc.outcome_cause, acc.outcome_at = (
+    def __init__(self, job: Job, *, fresh: bool = False) -> None:
+        self.job_id, self.seq = job.job_id, job.seq
+        self.spec, self.policy, self.plan = job.spec, job.policy, job.plan
+        self.declarations, self.generation = job.declarations, job.generation
+        self.supersedes, self.superseded_by = job.supersedes, job.superseded_by
+        self.created_at, self.created_by = job.created_at, job.created_by
+        self.submissions: _Items[Submission]
+        self.objects: _KeyedItems[ObjectRecord]
+        self.recoveries: _Items[Recovery]
+        self.holds: _Items[Hold]
+        self.abandoned: _Items[AbandonTarget]
+        self.escalations: _KeyedItems[Escalation]
+        self.history: _Items[Transition]
+        self.progress: _Items[ProgressObserved]
+        if fresh:  # a record folded from its beginning: plain lists
+            self.submissions = _Fresh(unknown_launch, submission_kind)
+            self.objects = _FreshKeyed(_object_key, unconfirmed)
+            self.recoveries = _Fresh(kind=recovery_kind)
+            self.holds, self.abandoned, self.history = _Fresh(), _Fresh(), _Fresh()
+            self.escalations = _FreshKeyed(_escalation_key, undelivered)
+            self.progress = _Fresh()
+        else:  # over a prior job: its tuples shared, changes kept beside them
+            self.submissions = _Vec(job.submissions, unknown_launch, submission_kind)
+            self.objects = _Keyed(job.objects, _object_key, unconfirmed)
+            self.recoveries = _Vec(job.recoveries, kind=recovery_kind)
+            self.holds, self.abandoned = _Vec(job.holds), _Vec(job.abandoned)
+            self.history = _Vec(job.history)
+            self.escalations = _Keyed(job.escalations, _escalation_key, undelivered)
+            self.progress = _Vec(job.progress)
+        self.outcome, self.outcome_cause, self.outcome_at = (
             job.outcome,
             job.outcome_cause,
             job.outcome_at,
         )
-        acc.cancel_requested_at, acc.cancelled_by = job.cancel_requested_at, job.cancelled_by
-        acc.emergency_stop_at = job.emergency_stop_at
-        acc.abandoned = list(job.abandoned)
-        acc.escalations = list(job.escalations)
-        acc.esc_index = {e.id: i for i, e in enumerate(job.escalations)}
-        acc.history = list(job.history)
-        acc.ended_cause = job.ended_cause
-        acc.progress = list(job.progress)
-        return acc
+        self.cancel_requested_at, self.cancelled_by = job.cancel_requested_at, job.cancelled_by
+        self.emergency_stop_at = job.emergency_stop_at
+        self.ended_cause = job.ended_cause
+
+    @classmethod
+    def created(cls, seq: int, ev: JobCreated) -> _Acc:
+        return cls(
+            Job(
+                job_id=ev.job_id,
+                seq=seq,
+                spec=ev.spec,
+                policy=ev.policy,
+                plan=ev.plan,
+                declarations=ev.declarations,
+                generation=ev.generation,
+                supersedes=ev.supersedes,
+                superseded_by=None,
+                created_at=ev.at,
+                created_by=ev.by,
+            ),
+            fresh=True,
+        )
 
     def freeze(self) -> Job:
         return Job(
@@ -249,24 +437,21 @@ class _Acc:
             superseded_by=self.superseded_by,
             created_at=self.created_at,
             created_by=self.created_by,
-            submissions=tuple(s.freeze() for s in self.submissions),
-            objects=tuple(
-                replace(o, ended=tuple(self.ended[o.ref])) if o.ref in self.ended else o
-                for o in self.objects.values()
-            ),
-            recoveries=tuple(self.recoveries),
-            holds=tuple(self.holds),
+            submissions=self.submissions.freeze_marked(),
+            objects=self.objects.freeze_indexed(),
+            recoveries=self.recoveries.freeze_marked(),
+            holds=self.holds.freeze(),
             outcome=self.outcome,
             outcome_cause=self.outcome_cause,
             outcome_at=self.outcome_at,
             cancel_requested_at=self.cancel_requested_at,
             cancelled_by=self.cancelled_by,
             emergency_stop_at=self.emergency_stop_at,
-            abandoned=tuple(self.abandoned),
-            escalations=tuple(self.escalations),
-            history=tuple(self.history),
+            abandoned=self.abandoned.freeze(),
+            escalations=self.escalations.freeze_indexed(),
+            history=self.history.freeze(),
             ended_cause=self.ended_cause,
-            progress=tuple(self.progress),
+            progress=self.progress.freeze(),
         )
 
     # -- lookups that refuse what does not exist ------------------------------------------
@@ -274,39 +459,54 @@ class _Acc:
     def bad(self, seq: int, problem: str) -> MalformedRecord:
         return MalformedRecord(self.job_id, seq, problem)
 
-    def submission(self, seq: int, number: int, what: str) -> _Sub:
-        if 1 <= number <= len(self.submissions):
-            return self.submissions[number - 1]
+    def submission(self, seq: int, number: int, what: str) -> Submission:
+        subs = self.submissions
+        if 0 < number <= len(subs):
+            return subs[number - 1]
         raise self.bad(
             seq,
             f"{what} names submission {number}, which was never opened "
             f"(the record has {len(self.submissions)})",
         )
 
-    def attempt(self, seq: int, number: int, attempt: int, what: str) -> tuple[_Sub, int]:
+    def attempt(self, seq: int, number: int, attempt: int, what: str) -> Submission:
         sub = self.submission(seq, number, what)
         if 1 <= attempt <= len(sub.attempts):
-            return sub, attempt - 1
+            return sub
         raise self.bad(
             seq,
             f"{what} names attempt {number}/{attempt}, which was never intended "
             f"(submission {number} has {len(sub.attempts)} attempts)",
         )
 
-    def unresolved(self, seq: int, number: int, attempt: int, what: str) -> tuple[_Sub, int]:
-        sub, i = self.attempt(seq, number, attempt, what)
-        outcome = sub.attempts[i].outcome
-        if outcome is not LaunchOutcome.UNKNOWN:
+    def unresolved(self, seq: int, number: int, attempt: int, what: str) -> Attempt:
+        sub = self.attempt(seq, number, attempt, what)
+        att = sub.attempts[attempt - 1]
+        if att.outcome is not LaunchOutcome.UNKNOWN:
             raise self.bad(
-                seq, f"{what} for attempt {number}/{attempt}, whose outcome is already {outcome}"
+                seq,
+                f"{what} for attempt {number}/{attempt}, whose outcome is already {att.outcome}",
             )
-        return sub, i
+        return att
 
-    def object(self, seq: int, ref: ObjectRef, what: str) -> ObjectRecord:
-        obj = self.objects.get(ref)
-        if obj is None:
+    def set_attempt(self, att: Attempt) -> None:
+        """Replace attempt ``att.submission/att.attempt`` (which exists) by ``att``."""
+        i = att.submission - 1
+        sub = self.submissions[i]
+        a = att.attempt - 1
+        self.submissions[i] = replace(
+            sub, attempts=(*sub.attempts[:a], att, *sub.attempts[a + 1 :])
+        )
+
+    def known(self, ref: ObjectRef) -> ObjectRecord | None:
+        i = self.objects.find(ref)
+        return None if i is None else self.objects[i]
+
+    def object(self, seq: int, ref: ObjectRef, what: str) -> tuple[int, ObjectRecord]:
+        i = self.objects.find(ref)
+        if i is None:
             raise self.bad(seq, f"{what} names object {ref}, which the record never launched")
-        return obj
+        return i, self.objects[i]
 
 
 def _held_cause(ev: HoldPlaced) -> Cause:
@@ -331,22 +531,19 @@ def _apply(acc: _Acc, seq: int, ev: JobEvent) -> None:
                     f"launch.intended names attempt {ev.submission}/{ev.attempt} where "
                     f"attempt {ev.submission}/{expected} was next",
                 )
-            sub.attempts.append(
-                Attempt(submission=ev.submission, attempt=ev.attempt, intended_at=ev.at)
-            )
+            att = Attempt(submission=ev.submission, attempt=ev.attempt, intended_at=ev.at)
+            acc.submissions[ev.submission - 1] = replace(sub, attempts=(*sub.attempts, att))
         case LaunchRecorded():
-            sub, i = acc.unresolved(seq, ev.submission, ev.attempt, "launch.recorded")
-            known = acc.objects.get(ev.ref)
+            att = acc.unresolved(seq, ev.submission, ev.attempt, "launch.recorded")
+            known = acc.known(ev.ref)
             if known is not None:
                 raise acc.bad(
                     seq,
                     f"launch.recorded names object {ev.ref}, already recorded for attempt "
                     f"{known.submission}/{known.attempt}",
                 )
-            sub.attempts[i] = replace(sub.attempts[i], outcome=LaunchOutcome.LAUNCHED, ref=ev.ref)
-            acc.objects[ev.ref] = ObjectRecord(
-                ref=ev.ref, submission=ev.submission, attempt=ev.attempt
-            )
+            acc.set_attempt(replace(att, outcome=LaunchOutcome.LAUNCHED, ref=ev.ref))
+            acc.objects.add(ObjectRecord(ref=ev.ref, submission=ev.submission, attempt=ev.attempt))
         case SubmissionOpened():
             expected = len(acc.submissions) + 1
             if ev.submission != expected:
@@ -354,38 +551,42 @@ def _apply(acc: _Acc, seq: int, ev: JobEvent) -> None:
                     seq,
                     f"submission {ev.submission} opened where submission {expected} was next",
                 )
-            acc.submissions.append(_Sub(ev.submission, ev.at, ev.why, ev.cause, []))
+            acc.submissions.append(
+                Submission(number=ev.submission, opened_at=ev.at, why=ev.why, cause=ev.cause)
+            )
         case GateOpened():
-            obj = acc.object(seq, ev.ref, "gate.opened")
-            acc.objects[ev.ref] = replace(obj, gate_opened_at=ev.at)
+            i, obj = acc.object(seq, ev.ref, "gate.opened")
+            acc.objects[i] = replace(obj, gate_opened_at=ev.at)
         case ExecutionEnded():
-            known = acc.objects.get(ev.ref)
-            if known is None:
+            found = acc.objects.find(ev.ref)
+            if found is None:
                 # An object the record never launched (a duplicate seen ended): its end is
                 # recorded, and it never drives recovery (core-semantics, planner rule 1).
-                acc.objects[ev.ref] = ObjectRecord(
-                    ref=ev.ref,
-                    submission=ev.submission,
-                    attempt=0,
-                    fenced=ev.fenced,
-                    duplicate=True,
+                acc.objects.add(
+                    ObjectRecord(
+                        ref=ev.ref,
+                        submission=ev.submission,
+                        attempt=0,
+                        fenced=ev.fenced,
+                        duplicate=True,
+                        ended=(ev.restart,),
+                    )
                 )
-                acc.ended[ev.ref] = {ev.restart: None}
                 return
+            known = acc.objects[found]
             if not known.duplicate and ev.submission != known.submission:
                 raise acc.bad(
                     seq,
                     f"execution {ev.restart} of object {ev.ref} ended as submission "
                     f"{ev.submission}, but the object belongs to submission {known.submission}",
                 )
-            ended = acc.ended.setdefault(ev.ref, {})
-            if ev.restart in ended:
+            if ev.restart in known.ended:
                 raise acc.bad(
                     seq, f"execution {ev.restart} of object {ev.ref} is already recorded ended"
                 )
-            ended[ev.restart] = None
-            if ev.fenced and not known.fenced:
-                acc.objects[ev.ref] = replace(known, fenced=True)
+            acc.objects[found] = replace(
+                known, ended=(*known.ended, ev.restart), fenced=known.fenced or ev.fenced
+            )
             if not known.duplicate:
                 acc.ended_cause = ev.cause
         case RecoveryCommitted():
@@ -407,19 +608,19 @@ def _apply(acc: _Acc, seq: int, ev: JobEvent) -> None:
             )
             acc.history.append(Transition(at=ev.at, state=State.RECOVERING, cause=ev.cause))
         case EscalationCommitted():
-            if ev.id in acc.esc_index:
+            if acc.escalations.find(ev.id) is not None:
                 raise acc.bad(seq, f"escalation {ev.id!r} committed a second time")
-            acc.esc_index[ev.id] = len(acc.escalations)
-            acc.escalations.append(Escalation(id=ev.id, at=ev.at, detail=ev.detail))
+            acc.escalations.add(Escalation(id=ev.id, at=ev.at, detail=ev.detail))
         case EscalationDelivered():
-            index = acc.esc_index.get(ev.id)
+            index = acc.escalations.find(ev.id)
             if index is None:
                 raise acc.bad(seq, f"escalation {ev.id!r} delivered but never committed")
             esc = acc.escalations[index]
             if esc.delivered is None:
                 acc.escalations[index] = replace(esc, delivered=ev.at)
         case StopRequested():
-            known = acc.objects.get(ev.ref)
+            found = acc.objects.find(ev.ref)
+            known = None if found is None else acc.objects[found]
             if known is None:
                 if ev.why != "duplicate":
                     raise acc.bad(
@@ -433,26 +634,26 @@ def _apply(acc: _Acc, seq: int, ev: JobEvent) -> None:
                     attempt=ev.attempt or 0,
                     duplicate=True,
                 )
-            acc.objects[ev.ref] = replace(
+            stopped = replace(
                 known,
                 stop_requested_at=ev.at,
                 stop_why=ev.why,
                 first_stop_requested_at=known.first_stop_requested_at or ev.at,
                 emergency_stop_at=ev.at if ev.emergency else known.emergency_stop_at,
             )
+            if found is None:
+                acc.objects.add(stopped)
+            else:
+                acc.objects[found] = stopped
         case NodeLossObserved():
-            obj = acc.object(seq, ev.ref, "node-loss.observed")
-            acc.objects[ev.ref] = replace(
-                obj, node_loss_since=ev.since, node_loss_restart=ev.restart
-            )
+            i, obj = acc.object(seq, ev.ref, "node-loss.observed")
+            acc.objects[i] = replace(obj, node_loss_since=ev.since, node_loss_restart=ev.restart)
         case LaunchRefused():
-            sub, i = acc.unresolved(seq, ev.submission, ev.attempt, "launch.refused")
-            sub.attempts[i] = replace(
-                sub.attempts[i], outcome=LaunchOutcome.REFUSED, detail=ev.detail
-            )
+            att = acc.unresolved(seq, ev.submission, ev.attempt, "launch.refused")
+            acc.set_attempt(replace(att, outcome=LaunchOutcome.REFUSED, detail=ev.detail))
         case LaunchUnknown():
-            sub, i = acc.unresolved(seq, ev.submission, ev.attempt, "launch.unknown")
-            sub.attempts[i] = replace(sub.attempts[i], detail=ev.detail, unknown_at=ev.at)
+            att = acc.unresolved(seq, ev.submission, ev.attempt, "launch.unknown")
+            acc.set_attempt(replace(att, detail=ev.detail, unknown_at=ev.at))
         case HoldPlaced():
             expected = len(acc.holds) + 1
             if ev.instance != expected:
@@ -509,8 +710,8 @@ def _apply(acc: _Acc, seq: int, ev: JobEvent) -> None:
             )
             acc.history.append(Transition(at=ev.at, state=state, cause=cause, detail=ev.how))
         case CessationObserved():
-            obj = acc.object(seq, ev.ref, "cessation.observed")
-            acc.objects[ev.ref] = replace(obj, cessation_asked_at=ev.at, ceased=ev.ceased)
+            i, obj = acc.object(seq, ev.ref, "cessation.observed")
+            acc.objects[i] = replace(obj, cessation_asked_at=ev.at, ceased=ev.ceased)
         case ProgressObserved():
             acc.object(seq, ev.ref, "progress.observed")
             acc.progress.append(ev)
@@ -556,14 +757,21 @@ def _abandon(acc: _Acc, seq: int, ev: Abandoned) -> None:
     elif target.submission is None:
         raise acc.bad(seq, "abandon target names neither a submission nor a foreign object")
     elif target.attempt is not None:
-        sub, i = acc.attempt(seq, target.submission, target.attempt, "abandoned")
-        if sub.attempts[i].outcome is LaunchOutcome.UNKNOWN:
-            sub.attempts[i] = replace(sub.attempts[i], outcome=LaunchOutcome.ABANDONED)
+        sub = acc.attempt(seq, target.submission, target.attempt, "abandoned")
+        att = sub.attempts[target.attempt - 1]
+        if att.outcome is LaunchOutcome.UNKNOWN:
+            acc.set_attempt(replace(att, outcome=LaunchOutcome.ABANDONED))
     else:
         sub = acc.submission(seq, target.submission, "abandoned")
-        for i, att in enumerate(sub.attempts):
-            if att.outcome is LaunchOutcome.UNKNOWN:
-                sub.attempts[i] = replace(att, outcome=LaunchOutcome.ABANDONED)
+        acc.submissions[target.submission - 1] = replace(
+            sub,
+            attempts=tuple(
+                replace(att, outcome=LaunchOutcome.ABANDONED)
+                if att.outcome is LaunchOutcome.UNKNOWN
+                else att
+                for att in sub.attempts
+            ),
+        )
     acc.abandoned.append(target)
 
 
@@ -596,7 +804,7 @@ def fold(record: Iterable[RecordItem], now: datetime, *, prior: Job | None = Non
     del now  # documented as unused: fold records facts, whatever the time of the read
     events = iter(record)
     if prior is not None:
-        acc = _Acc.thaw(prior)
+        acc = _Acc(prior)
     else:
         first = next(events, None)
         if first is None:
@@ -614,16 +822,49 @@ def fold(record: Iterable[RecordItem], now: datetime, *, prior: Job | None = Non
         acc = _Acc.created(seq, ev)
     # The hot loop: locals, and the sequence written back once at the end.
     job_id, last = acc.job_id, acc.seq
+    fixed = _FIXED_WRITERS
     for seq, ev, writer in events:
         if seq <= last:
             raise OutOfOrderEvent(job_id, last, seq)
         if ev.job_id != job_id:
             raise acc.bad(seq, f"{event_tag(ev)} of job {ev.job_id!r} in the record of {job_id!r}")
-        _check_writer(job_id, seq, ev, writer)
+        allowed = fixed.get(type(ev))
+        if allowed is None or writer not in allowed:
+            _check_writer(job_id, seq, ev, writer)
         _apply(acc, seq, ev)
         last = seq
     acc.seq = last
     return acc.freeze()
+
+
+def fold_one(job: Job, seq: int, event: JobEvent, writer: WriterKind) -> Job:
+    """Fold one more event into ``job``: ``fold(((seq, event, writer),), now, prior=job)``.
+
+    It costs what the event changes, not what the job holds: the new Job shares every tuple
+    of ``job`` the event leaves alone, and its object and escalation indexes
+    (:class:`~dispatch_core.job.Indexed`); a tuple the event appends to or edits is copied
+    once (pointers only). ``job`` itself is never changed, so it may be folded again
+    (another replica's events after a conflict) or kept.
+
+    Args:
+        job: the job folded so far.
+        seq: the event's stream sequence (after ``job.seq``).
+        event: the event.
+        writer: the kind of writer that appended it.
+
+    Returns:
+        The job with ``event`` folded in; its ``seq`` is ``seq``.
+
+    Raises:
+        WriterRefused, OutOfOrderEvent, MalformedRecord: as :func:`fold`.
+    """
+    return fold(((seq, event, writer),), event.at, prior=job)
+
+
+_FIXED_WRITERS: Final[Mapping[type[JobEvent], frozenset[WriterKind]]] = {
+    kind: rule for kind, rule in WRITERS.items() if isinstance(rule, frozenset)
+}
+"""The event types whose writers don't depend on the event's fields: checked inline."""
 
 
 def _check_writer(job_id: str, seq: int, ev: JobEvent, writer: WriterKind) -> None:

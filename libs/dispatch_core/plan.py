@@ -243,13 +243,8 @@ class _Pass:
         """The current submission's object: the first object the record holds as launched
         for the current N (a later one of the same N is a duplicate of it)."""
         if self._primary is _UNSET:
-            self._primary = None
             sub = self.job.submission
-            if sub is not None:
-                for obj in self.job.objects:
-                    if obj.submission == sub.number and not obj.duplicate:
-                        self._primary = obj
-                        break
+            self._primary = None if sub is None else self.job.first_launched(sub.number)
         assert not isinstance(self._primary, _Unset)
         return self._primary
 
@@ -379,7 +374,10 @@ def _endings(p: _Pass) -> None:
     """
     _resume_recovery(p)
     decided = False
-    for record in tuple(p.job.objects):
+    # Only an object the discovery shows or lists vanished can have a new ending (what
+    # _new_endings reads): those, in record order, not every object the record ever held.
+    seen = [*p.own, *(() if p.discovery is None else p.discovery.vanished)]
+    for record in p.job.objects_among(seen):
         obs = p.own.get(record.ref)
         for restart, cause in _new_endings(p, record, obs):
             _commit_end(p, record.ref, restart, cause, record.submission)
@@ -514,9 +512,12 @@ def _resume_recovery(p: _Pass) -> None:
     opened now, and no budget is spent twice.
     """
     job = p.job
-    recoveries = [r for r in job.recoveries if not r.native]
-    opened = sum(1 for s in job.submissions if s.why in _RECOVERY_WHYS)
-    if job.outcome is None and len(recoveries) > opened and job.submission is not None:
+    if (
+        job.outcome is None
+        and job.recoveries_made(native=False) > job.submissions_opened(*_RECOVERY_WHYS)
+        and job.submission is not None
+    ):
+        recoveries = [r for r in job.recoveries if not r.native]
         _open_submission(p, SubmissionWhy.RECOVERY, recoveries[-1].cause)
 
 
@@ -1199,7 +1200,7 @@ def _unknown_launches(p: _Pass) -> None:
     """
     age = timedelta(seconds=p.job.spec.unresolved_age_s)
     cut_off = _cut_off(p)
-    for sub in p.job.submissions:
+    for sub in p.job.unknown_submissions():
         unknown = [a for a in sub.attempts if a.outcome is LaunchOutcome.UNKNOWN]
         if not unknown or any((sub.number, a.attempt) in cut_off for a in unknown):
             continue
@@ -1294,7 +1295,7 @@ def _unconfirmed_others(p: _Pass, primary: ObjectRef) -> list[ObjectRef]:
         return []
     return [
         record.ref
-        for record in p.job.objects
+        for record in p.job.unconfirmed_objects()
         if record.ref != primary
         and record.ref.cluster == discovery.cluster
         and record.ref not in p.own
@@ -1380,7 +1381,9 @@ def _stop_overdue(p: _Pass) -> None:
     ended, or has no record of it (listed vanished).
     """
     deadline = timedelta(seconds=p.job.spec.stop_overdue_s)
-    for record in p.job.objects:
+    # An unconfirmed stop is of an object shown, or one whose end isn't confirmed.
+    candidates = [*p.own, *(o.ref for o in p.job.unconfirmed_objects())]
+    for record in p.job.objects_among(candidates):
         first = record.first_stop_requested_at
         if first is None or not _stop_unconfirmed(p, record):
             continue
@@ -1447,7 +1450,7 @@ def _cleanup(p: _Pass) -> None:
     unconfirmed = _unshown_unended(p)
     unknown = [
         f"{a.submission}/{a.attempt}"
-        for s in job.submissions
+        for s in job.unknown_submissions()
         for a in s.attempts
         if a.outcome is LaunchOutcome.UNKNOWN
     ]
@@ -1480,7 +1483,7 @@ def _unshown_unended(p: _Pass) -> list[str]:
         return []
     return [
         str(r.ref)
-        for r in p.job.objects
+        for r in p.job.unconfirmed_objects()
         if not r.ended
         and r.ref.cluster == discovery.cluster
         and r.ref not in p.own

@@ -11,7 +11,7 @@ from typing import Final
 from msgspec.structs import replace
 
 from dispatch_core.epoch import epoch
-from dispatch_core.job import HoldView, Job, LaunchOutcome, Status
+from dispatch_core.job import STATUS_HISTORY_LIMIT, HoldView, Job, LaunchOutcome, Status
 from dispatch_core.progress import latest_published
 from dispatch_core.state import (
     Cause,
@@ -53,7 +53,9 @@ def project(
         job_id: the job, needed only when both ``job`` and ``discovery`` are ``None``.
 
     Returns:
-        The Status, with the rules of docs/core-semantics.md applied in order: a committed
+        The Status, carrying the last ``STATUS_HISTORY_LIMIT`` transitions of the job's
+        history and how many it has (``history_total``), with the state and cause by the
+        rules of docs/core-semantics.md, in order: a committed
         outcome; a hold in force; the current submission's live object (running, running
         with cause node-lost inside the fence, admin-held, unknown); recovering once the
         job has recovered; pending.
@@ -92,7 +94,7 @@ def project(
             cause=hold.cause,
             substituted_for=hold.substituted_for,
         ),
-        history=job.history,
+        history=job.history[-STATUS_HISTORY_LIMIT:],
         supersedes=job.supersedes,
         superseded_by=job.superseded_by,
         submission=None if sub is None else sub.number,
@@ -101,6 +103,7 @@ def project(
         else epoch(job.generation, sub.number, current.restarts),
         objects=_live_refs(discovery),
         settled=settled(job, discovery),
+        history_total=len(job.history),
         published_step=None if published is None else published.step,
         published_at=None if published is None else (published.read_at or published.at),
     )
@@ -224,10 +227,8 @@ def settled(job: Job, discovery: Discovery | None) -> bool:
     """
     if job.outcome is None:
         return False
-    for sub in job.submissions:
-        for att in sub.attempts:
-            if att.outcome is LaunchOutcome.UNKNOWN:
-                return False
+    if job.unknown_submissions():
+        return False
     if discovery is None:
         return not job.objects
     abandoned = {t.foreign for t in job.abandoned if t.foreign is not None}

@@ -369,12 +369,13 @@ class LatestStore:
         max_ack_pending: int = 1000,
         batch: int = 64,
         from_start: bool = True,
+        headers_only: bool = True,
     ) -> SharedFeed:
         """Share the changes of keys matching `pattern` among replicas: each to one of them.
 
-        A durable pull consumer named `durable` (the same in every replica), headers only:
-        each `Delivery` names the job (the key's last token) and seq; `get` the value if
-        needed and ack when done.
+        A durable pull consumer named `durable` (the same in every replica): each `Delivery`
+        names the job (the key's last token) and seq, and carries the value unless
+        `headers_only` (then `get` it if needed); ack it when done.
 
         Args:
             durable: the consumer's name (a subject-safe token), e.g. `supervisor-discovery`.
@@ -384,6 +385,8 @@ class LatestStore:
             max_ack_pending: most unacked messages over all replicas.
             batch: most messages this replica fetches at once.
             from_start: a new consumer starts with the current values (else at the next change).
+            headers_only: deliver without the values (enough to know which key changed).
+                Changing it on an existing consumer updates the consumer.
 
         Raises:
             InvalidName: bad pattern or consumer name.
@@ -399,7 +402,7 @@ class LatestStore:
             max_deliver=max_deliver,
             max_ack_pending=max_ack_pending,
             batch=batch,
-            headers_only=True,
+            headers_only=headers_only,
             from_start=from_start,
             timeout_s=self._read_timeout_s,
         )

@@ -17,7 +17,8 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Final, Self
 
@@ -52,7 +53,16 @@ log = logging.getLogger("dispatch_nats.shared")
 class Delivery:
     """One message handed to this replica; `ack` it once handled."""
 
-    __slots__ = ("_msg", "headers", "job_id", "num_delivered", "payload", "seq", "subject")
+    __slots__ = (
+        "_msg",
+        "headers",
+        "job_id",
+        "num_delivered",
+        "payload",
+        "seq",
+        "subject",
+        "time",
+    )
 
     def __init__(self, msg: Msg, job_id: str) -> None:
         """Wrap a consumer delivery (built by `SharedFeed`)."""
@@ -64,6 +74,8 @@ class Delivery:
         """The job it concerns (the subject's last token)."""
         self.seq: int = meta.sequence.stream
         """Its stream seq."""
+        self.time: datetime = meta.timestamp
+        """When JetStream stored it (UTC)."""
         self.num_delivered: int = meta.num_delivered
         """How many times it has been delivered, this time included."""
         self.payload: bytes = msg.data
@@ -125,7 +137,7 @@ class SharedFeed:
         *,
         stream: str,
         durable: str,
-        filter_subject: str,
+        filter_subject: str | Sequence[str],
         job_of: Callable[[str], str],
         api_prefix: str = "$JS.API",
         ack_wait_s: float = 30.0,
@@ -143,7 +155,9 @@ class SharedFeed:
             nc: a connected client.
             stream: the stream to consume.
             durable: the consumer's name, the same in every replica (a subject-safe token).
-            filter_subject: the subjects to consume.
+            filter_subject: the subjects to consume, or several filters (a consumer with
+                `filter_subjects`, nats-server 2.10+): e.g. the record appends of every
+                writer kind but one.
             job_of: maps a subject to its job id.
             api_prefix: JetStream API prefix.
             ack_wait_s: redeliver a message not acked within this many seconds.
@@ -162,12 +176,17 @@ class SharedFeed:
         self._nc = nc
         self._stream = stream
         self._durable = _validate_token("consumer name", durable)
-        self._filter = filter_subject
+        filters = [filter_subject] if isinstance(filter_subject, str) else list(filter_subject)
+        self._filter = " ".join(filters)
         self._job_of = job_of
         self._api_prefix = api_prefix
         self._config: dict[str, Any] = {
             "durable_name": durable,
-            "filter_subject": filter_subject,
+            **(
+                {"filter_subject": filters[0]}
+                if len(filters) == 1
+                else {"filter_subjects": filters}
+            ),
             "ack_policy": "explicit",
             "ack_wait": int(ack_wait_s * 1e9),
             "max_deliver": max_deliver,

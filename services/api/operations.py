@@ -299,6 +299,15 @@ class Operations:
         folded = await self._load(job_id)
         return None if folded is None else folded.job
 
+    async def job(self, job_id: str) -> Job | None:
+        """The job's record folded to its end (None: no record), for a reader that needs more
+        than its Status: the web page's inbox (escalations with delivery, abandoned targets).
+
+        Raises:
+            UnreadableRecord: as :meth:`_load`.
+        """
+        return await self._load_job(job_id)
+
     def _note(self, loaded: Loaded, known: frozenset[str]) -> _Folded:
         """Cache a load, with the msg-id bases of the API commits it read added to
         ``known`` (those of the version it was loaded from)."""

@@ -110,6 +110,7 @@ from dispatch_nats import (
     RecordRepository,
 )
 from dispatch_nats.contract import WAKE_AT_HEADER
+from services.common.clock import utcnow
 from services.supervisor.metrics import SupervisorMetrics
 from services.supervisor.ports import DeliverFn, LatestPort, RecordPort
 
@@ -216,10 +217,6 @@ def step_kind(step: AnyStep) -> str:
     return str(type(step).__struct_config__.tag)
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 class PassExecutor:
     """Runs passes of jobs, keeping each job's fold and last Status between passes.
 
@@ -237,7 +234,7 @@ class PassExecutor:
         metrics: SupervisorMetrics,
         deliver: DeliverFn | None = None,
         channel: str = "in-process",
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = utcnow,
         writer: str | None = None,
         launch_retry_s: float = 30.0,
         store_retry_s: float = 60.0,
@@ -282,6 +279,15 @@ class PassExecutor:
         self._crash_after_intent = crash_after_intent
         self._jobs: dict[str, Job] = {}
         self._published: dict[str, _Published] = {}
+
+    def forget(self, job_id: str) -> None:
+        """Drop ``job_id`` from the per-job caches (it settled; a later pass reads it again)."""
+        self._jobs.pop(job_id, None)
+        self._published.pop(job_id, None)
+
+    def cached_jobs(self) -> frozenset[str]:
+        """The jobs the caches hold (for tests and debugging)."""
+        return frozenset(self._jobs) | frozenset(self._published)
 
     @property
     def writer(self) -> str:

@@ -18,6 +18,7 @@ from playwright.sync_api import Page
 
 from tests.browser.conftest import NewPage
 from tests.browser.support import BOB_TOKEN, SERVICE_TOKEN, WebUp, call, sign_in
+from tests.e2e.cli.support import eventually
 
 WAIT_FOR_FLAG = 'while [ ! -e "$FLAG" ]; do sleep 0.1; done'
 FAIL_ONCE = 'if [ -e "$FLAG.ran" ]; then ' + WAIT_FOR_FLAG + '; else touch "$FLAG.ran"; exit 3; fi'
@@ -39,16 +40,22 @@ def _job_file_toml(name: str, script: str, flag: Path, rules: list[dict[str, Any
     return "\n".join(lines) + "\n"
 
 
-def _submit(up: WebUp, name: str, script: str, flag: Path, rules: list[dict[str, Any]]) -> str:
-    body = {
-        "name": name,
-        "spec": {
-            "cluster": "local",
-            "command": ["/bin/sh", "-c", script],
-            "env": {"FLAG": str(flag)},
-        },
-        "policy": {"rules": rules},
+def _submit(
+    up: WebUp,
+    name: str,
+    script: str,
+    flag: Path,
+    rules: list[dict[str, Any]],
+    checkpoint: str | None = None,
+) -> str:
+    spec: dict[str, Any] = {
+        "cluster": "local",
+        "command": ["/bin/sh", "-c", script],
+        "env": {"FLAG": str(flag)},
     }
+    if checkpoint is not None:
+        spec["checkpoint"] = checkpoint
+    body = {"name": name, "spec": spec, "policy": {"rules": rules}}
     code, answer = call(up.api, up.token, "POST", "/v1/jobs", body)
     assert code == 201, answer
     return str(answer["job_id"])
@@ -56,6 +63,29 @@ def _submit(up: WebUp, name: str, script: str, flag: Path, rules: list[dict[str,
 
 def _open(page: Page, hash_: str) -> None:
     page.evaluate(f"location.hash = {json.dumps(hash_)}")
+
+
+def _inbox_ids(up: WebUp, job_id: str) -> list[str]:
+    code, inbox = call(up.api, up.token, "GET", f"/ui/api/inbox?job={job_id}")
+    assert code == 200, inbox
+    return [str(i["id"]) for i in inbox["items"]]
+
+
+def _answered_in(page: Page, item: str) -> None:
+    """Wait until the inbox item ``item`` (a CSS selector) says its answer was taken, or has
+    left the inbox already (the inbox reloads when the job changes)."""
+    page.wait_for_function(
+        f"""() => {{
+            const item = document.querySelector({json.dumps(item)});
+            if (!item) return true;
+            const result = item.querySelector('.answer-result');
+            if (result && result.classList.contains('refused')) {{
+                throw new Error('refused: ' + result.textContent);
+            }}
+            return !!(result && result.classList.contains('ok'));
+        }}""",
+        timeout=60_000,
+    )
 
 
 def test_sign_in_shows_the_actor_the_token_maps_to(up: WebUp, new_page: NewPage) -> None:
@@ -204,6 +234,111 @@ def test_abandon_is_offered_to_a_person_only_and_refused_if_a_service_forces_it(
     refused.wait_for()
     assert refusal["error"]["message"] in refused.inner_text()
     (tmp_path / "flag").touch()
+
+
+def test_a_foreign_object_is_abandoned_from_the_inbox_by_a_person(
+    up: WebUp, new_page: NewPage, tmp_path: Path
+) -> None:
+    """An object named for the job that isn't dispatch's (fault injection) escalates
+    ``foreign:<id>``; the inbox offers a person ``abandon`` with that object as its target;
+    answered, the record shows the abandon by the person of the token, and the escalation
+    leaves the inbox (the core's ``escalation_open``: that object was abandoned)."""
+    job_id = _submit(up, "webforeign", WAIT_FOR_FLAG, tmp_path / "flag", [])
+    up.up.wait_status(job_id, lambda s: s["state"] == "running", timeout_s=90)
+    foreign = up.up.faults.foreign(job_id)
+    esc = f"foreign:{foreign}"
+    eventually(lambda: _assert_in(esc, _inbox_ids(up, job_id)), timeout_s=90)
+
+    page = new_page(up.api)
+    sign_in(page, up.token)
+    page.click("#nav-inbox")
+    selector = f"li.item[data-job='{job_id}'][data-esc='{esc}']"
+    item = page.locator(selector)
+    item.wait_for()
+    assert "isn't dispatch's" in item.inner_text()  # the core's meaning of foreign:
+    assert [b.get_attribute("data-answer") for b in item.locator("button").all()] == ["abandon"]
+
+    up.up.faults.preempt(foreign)  # seed 002: "stop it on the scheduler yourself"
+    item.locator("button[data-answer=abandon]").click()
+    page.fill("#confirm-reason", "a site plugin's object, stopped by hand")
+    page.click("#confirm-ok")
+    _answered_in(page, selector)
+    eventually(lambda: _assert_not_in(esc, _inbox_ids(up, job_id)), timeout_s=60)
+
+    _open(page, f"#/job/{job_id}")
+    page.wait_for_selector("#events", state="attached")
+    page.click("#record summary")  # the record is collapsed until asked for
+    row = page.locator("#events tr", has_text="abandoned").first
+    row.wait_for()
+    text = row.inner_text()
+    assert "a site plugin's object, stopped by hand" in text
+    assert f'"name":"{up.actor}","kind":"human"' in text
+    assert f'"id":"{foreign}"' in text
+    page.wait_for_function(
+        f"!document.querySelector(\"#job-escalations [data-esc='{esc}']\")", timeout=30_000
+    )
+    (tmp_path / "flag").touch()
+
+
+def test_a_failed_job_shows_what_ran_and_is_superseded_from_the_inbox(
+    up: WebUp, new_page: NewPage, tmp_path: Path
+) -> None:
+    """A job page shows the cause with its provenance and verbatim detail, each execution
+    with its epoch, and the checkpoint root; the failure's ``failed:`` escalation is answered
+    by ``supersede`` from the inbox, and the two jobs link to each other."""
+    job_id = _submit(
+        up, "webfail", "exit 3", tmp_path / "flag", [], checkpoint=str(tmp_path / "ck" / "{job}")
+    )
+    up.up.wait_status(job_id, lambda s: s["settled"], timeout_s=90)
+    page = new_page(up.api)
+    sign_in(page, up.token)
+    _open(page, f"#/job/{job_id}")
+    page.wait_for_function(
+        "document.getElementById('job-state')?.textContent === 'failed'", timeout=60_000
+    )
+    assert page.inner_text("#job-cause") == "non-zero-exit"
+    assert page.inner_text("#job-provenance") == "application"
+    assert page.inner_text("#job-detail") == "exit code 3"
+    assert page.eval_on_selector("#job-detail", "e => getComputedStyle(e).whiteSpace") == (
+        "pre-wrap"
+    ), "the detail is shown verbatim"
+    assert page.inner_text("#checkpoint-root") == str(tmp_path / "ck" / job_id)
+    ends = page.inner_text("#executions td.ends")
+    assert "R0, epoch 1000000: non-zero-exit" in ends, ends  # G=0, N=1, R=0 (seed 004)
+
+    page.click("#nav-inbox")
+    selector = f"li.item[data-job='{job_id}'][data-esc='failed:non-zero-exit']"
+    item = page.locator(selector)
+    item.wait_for()
+    assert [b.get_attribute("data-answer") for b in item.locator("button").all()] == ["supersede"]
+    item.locator("button[data-answer=supersede]").click()
+    page.fill("#confirm-reason", "fixed the exit code")
+    page.click("#confirm-ok")
+    done = item.locator(".answer-result.ok")
+    done.wait_for()
+    found = re.search(rf"new job ({job_id}-[a-z2-7]{{8}})$", done.inner_text())
+    assert found, done.inner_text()
+    new_job = found.group(1)
+    eventually(lambda: _assert_not_in("failed:non-zero-exit", _inbox_ids(up, job_id)))
+
+    _open(page, f"#/job/{new_job}")
+    link = page.locator("#supersedes")
+    link.wait_for()
+    assert link.inner_text() == job_id
+    assert page.inner_text("#checkpoint-root") == str(tmp_path / "ck" / job_id)
+    link.click()
+    page.wait_for_url(re.compile(f"#/job/{job_id}$"))
+    back = page.locator("#superseded-by")
+    back.wait_for()
+    assert back.inner_text() == new_job
+
+
+def _assert_in(needle: str, haystack: list[str]) -> None:
+    assert needle in haystack, haystack
+
+
+def _assert_not_in(needle: str, haystack: list[str]) -> None:
+    assert needle not in haystack, haystack
 
 
 def test_jobs_list_filters_by_state_cluster_and_needs_a_person_and_shows_changes_live(

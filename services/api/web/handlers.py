@@ -24,10 +24,12 @@ from dispatch_core import (
     Actor,
     DecodeError,
     InvalidPolicy,
+    Job,
     State,
     Status,
     decode,
     encode,
+    escalation_open,
     is_job_id,
     make_plan,
 )
@@ -42,7 +44,7 @@ from services.api.schemas import (
     check_spec,
     decode_body,
 )
-from services.api.web.escalations import SEVERITY_ORDER, EscalationInfo, describe
+from services.api.web.escalations import HELD_NOTICE, SEVERITY_ORDER, EscalationInfo, describe
 
 __all__ = ["JOBS_PAGE_MAX", "mount"]
 
@@ -115,33 +117,25 @@ async def _cluster(app: web.Application, job_id: str) -> str | None:
     return None if facts is None else facts.cluster
 
 
-def _open_items(
-    summary: JobSummary, escalations: list[tuple[str, datetime, str]], cluster: str | None
-) -> list[dict[str, Any]]:
-    """The escalations of one job still waiting for a person, and its hold as ``held:<i>``.
-
-    Open: the job hasn't settled (or, for ``failed:``/``refused:``, it hasn't been
-    superseded); ``overdue:<i>`` only while hold ``i`` is in force; ``give-up`` never (it has
-    no answer).
+def _open_items(summary: JobSummary, job: Job | None, cluster: str | None) -> list[dict[str, Any]]:
+    """The escalations of one job still waiting for a person (the core's
+    :func:`~dispatch_core.escalations.escalation_open`, as ``dispatch escalations``), and
+    its hold as the notifier's ``held:<i>`` notice when no ``overdue:<i>`` stands for it.
     """
     out: list[dict[str, Any]] = []
     hold = summary.hold
-    for esc_id, at, detail in escalations:
-        info = describe(esc_id, cluster=cluster)
-        if not info.answers:
-            continue
-        if info.kind in ("failed", "refused"):
-            if summary.superseded_by is not None:
-                continue
-        elif summary.settled:
-            continue
-        if info.kind == "overdue" and (hold is None or str(hold.instance) != info.arg):
-            continue
-        out.append(_item(summary, esc_id, at, detail, info))
+    escalations = () if job is None else job.escalations
+    abandoned = () if job is None else job.abandoned
+    for esc in escalations:
+        delivered = esc.delivered is not None
+        if escalation_open(esc.id, delivered=delivered, job=summary, abandoned=abandoned):
+            info = describe(esc.id, cluster=cluster, job_id=summary.job_id)
+            out.append(_item(summary, esc.id, esc.at, esc.detail, info))
     if hold is not None and not any(i["id"] == f"overdue:{hold.instance}" for i in out):
-        esc_id = f"held:{hold.instance}"
+        esc_id = f"{HELD_NOTICE}:{hold.instance}"
         detail = f"{hold.kind} hold by {hold.by.name}: {hold.reason}"
-        out.append(_item(summary, esc_id, hold.since, detail, describe(esc_id, cluster=cluster)))
+        info = describe(esc_id, cluster=cluster, job_id=summary.job_id)
+        out.append(_item(summary, esc_id, hold.since, detail, info))
     return out
 
 
@@ -159,18 +153,25 @@ def _item(
     }
 
 
-async def _job_escalations(ops: Operations, job_id: str) -> list[tuple[str, datetime, str]]:
+async def _job(ops: Operations, job_id: str) -> Job | None:
     try:
-        listed = await ops.escalations(job_id=job_id)
+        return await ops.job(job_id)
     except UnreadableRecord:
-        return []
-    return [(e.id, e.at, e.detail) for e in listed.escalations]
+        return None
+
+
+def _may_wait(row: JobSummary) -> bool:
+    """Whether a job's record is worth reading for open escalations (the listings read only
+    these): held, not settled, or failed (a failure waits for a supersede). A settled job
+    with an escalation not yet delivered is left to the notifier, which delivers it at once
+    (``dispatch escalations`` lists it meanwhile): reading every settled record would make
+    the inbox O(every job's record)."""
+    return row.hold is not None or not row.settled or row.state == State.FAILED
 
 
 async def _open_for(app: web.Application, summary: JobSummary) -> list[dict[str, Any]]:
     cluster = summary.cluster or await _cluster(app, summary.job_id)
-    escalations = await _job_escalations(app[_OPS], summary.job_id)
-    return _open_items(summary, escalations, cluster)
+    return _open_items(summary, await _job(app[_OPS], summary.job_id), cluster)
 
 
 async def _gather(fns: list[Any], limit: int = 16) -> list[Any]:
@@ -210,9 +211,7 @@ async def _jobs(request: web.Request) -> web.Response:
     opens: dict[str, list[dict[str, Any]]] = {}
     if needs == "person":
         rows, unreadable = await ops.index.rows(q.states, q.clusters)
-        candidates = [
-            r for r in rows if r.hold is not None or not r.settled or r.state == State.FAILED
-        ]
+        candidates = [r for r in rows if _may_wait(r)]
         found = await _gather([_open_for(app, r) for r in candidates])
         for r, items in zip(candidates, found, strict=True):
             opens[r.job_id] = items
@@ -264,10 +263,10 @@ async def _inbox(request: web.Request) -> web.Response:
     if job_id is not None and not is_job_id(job_id):
         raise BadRequest(f"{job_id!r} is not a job id", field="job")
     if job_id is not None:  # one job (its page): its Status now, not the index's
-        rows = [JobSummary.of((await ops.status(job_id))[0])]
+        candidates = [JobSummary.of((await ops.status(job_id))[0])]
     else:
         rows, _ = await ops.index.rows()
-    candidates = [r for r in rows if r.hold is not None or not r.settled or r.state == "failed"]
+        candidates = [r for r in rows if _may_wait(r)]
     items = [i for group in await _gather([_open_for(app, r) for r in candidates]) for i in group]
     items.sort(key=lambda i: (SEVERITY_ORDER.get(i["severity"], 1), i["at"]))
     return _json({"items": items})

@@ -64,14 +64,20 @@ def _poison_lines(proc: Subprocess, job_id: str) -> list[dict[str, object]]:
 async def _poison(rt: Runtime, job_id: str, how: str) -> int:
     """Make the job's record unreadable; return the seq of the event at fault."""
     if how == "undecodable":
-        # A privileged raw connection: a payload no build of dispatch wrote.
-        subject = rt.layout.record_subject(job_id, WriterKind.SUPERVISOR)
+        # A privileged raw connection: a payload no build of dispatch wrote, on the API's
+        # subject (the supervisor never wakes on its own subject, so poison there is found
+        # at the job's next pass, not at once).
+        subject = rt.layout.record_subject(job_id, WriterKind.API)
         ack = await rt.nc.jetstream().publish(subject, b'{"type": "no.such.event"}')
         return ack.seq
     if how == "no-writer-kind":
         # The stream takes dispatch.record.*.*: a raw publish may name no writer kind at all.
+        # No writer's subject wakes the supervisor for it, so it is found at the job's next
+        # pass: here a pass request on the work stream, as a deadline publishes it.
         subject = f"{rt.layout.root}.record.{job_id}.observer"
-        return (await rt.nc.jetstream().publish(subject, b"{}")).seq
+        seq = (await rt.nc.jetstream().publish(subject, b"{}")).seq
+        await rt.nc.jetstream().publish(rt.layout.work_subject(job_id), b"")
+        return seq
     # A notifier-kind writer appends an operator's command (its identity may publish only
     # its own subject, but not decide what a person decided).
     notifier = RecordStore(rt.nc, writer=WriterKind.NOTIFIER, layout=rt.layout)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from msgspec.structs import replace
 
 from dispatch_core import (
+    STATUS_HISTORY_LIMIT,
     Abandon,
     AbandonTarget,
     Action,
@@ -42,12 +44,16 @@ from dispatch_core import (
     RecoveryPolicy,
     RecoveryRule,
     State,
+    Status,
     StopRequested,
     StopWhy,
     SubmissionOpened,
     SubmissionWhy,
     Submit,
+    Transition,
     decide,
+    decode,
+    encode,
     epoch,
     fold,
     next_steps,
@@ -460,3 +466,39 @@ def test_project_is_total_and_deterministic(record: Record, discovery: Discovery
     assert status.settled == settled(job, seen)
     if job.outcome is not None:
         assert status.state is job.outcome
+
+
+# -- the bounded history (issue 11, "Fold that is truly incremental") ------------------------
+
+
+def test_a_status_carries_the_latest_transitions_and_how_many_the_record_holds() -> None:
+    """A Status stays small however long the job lives: the last STATUS_HISTORY_LIMIT
+    transitions, and the count; the record holds them all."""
+    rec = _Rec().launch(1, REF1).ended(REF1, 1, PREEMPTED).recovered(1, PREEMPTED)
+    many = tuple(
+        Transition(at=_t(i), state=State.RECOVERING, cause=PREEMPTED)
+        for i in range(STATUS_HISTORY_LIMIT * 3 + 7)
+    )
+    job = replace(rec.job, history=many)
+    status = project(job, None, _t(1000))
+    assert status.history == many[-STATUS_HISTORY_LIMIT:]
+    assert status.history_total == len(many)
+    assert status.history_count == len(many)
+    assert status.history_omitted == len(many) - STATUS_HISTORY_LIMIT
+    short = project(rec.job, None, _t(1000))
+    assert short.history == rec.job.history
+    assert short.history_total == len(rec.job.history) == 1
+    assert short.history_omitted == 0
+
+
+def test_a_status_written_before_the_history_was_bounded_still_decodes_whole() -> None:
+    """An old Status (every transition, no ``history_total``) decodes, and says it holds
+    its whole history."""
+    rec = _Rec().launch(1, REF1).ended(REF1, 1, PREEMPTED).recovered(1, PREEMPTED)
+    status = project(rec.job, None, _t(10))
+    old = msgspec.json.decode(encode(status))
+    del old["history_total"]
+    decoded = decode(msgspec.json.encode(old), Status)
+    assert decoded == replace(status, history_total=0)
+    assert decoded.history_count == len(decoded.history) == 1
+    assert decoded.history_omitted == 0

@@ -385,6 +385,13 @@
       .map(([k, v]) => k + "=" + (typeof v === "object" ? JSON.stringify(v) : v)).join("  ");
   }
 
+  // DISPATCH_EPOCH of one execution (seed 004, dispatch_core/epoch.py):
+  // G * 10**12 + N * 10**6 + R; BigInt, as G * 10**12 may pass 2**53.
+  function epochOf(generation, submission, restart) {
+    return (BigInt(generation) * 1000000000000n + BigInt(submission) * 1000000n +
+      BigInt(restart)).toString();
+  }
+
   function executions(events) {
     // One row per object the record launched or found, with its ended executions.
     const rows = new Map();
@@ -423,19 +430,21 @@
       head.replaceChildren(kv([
         ["state", h("span", { id: "job-state", class: "state state-" + s.state, text: s.state })],
         ["cause", h("span", { id: "job-cause" }, cause.kind)],
-        ["provenance", cause.provenance],
+        ["provenance", h("span", { id: "job-provenance" }, cause.provenance)],
         ["actor", cause.actor ? cause.actor.name + " (" + cause.actor.kind + ")" : ""],
-        ["detail", h("span", { class: "verbatim" }, cause.detail || "")],
+        ["detail", h("span", { id: "job-detail", class: "verbatim" }, cause.detail || "")],
         ["submission", s.submission === null ? "" : s.submission],
         ["epoch", s.epoch === null || s.epoch === undefined ? "" : s.epoch],
         ["objects", s.objects.map((o) => o.cluster + "/" + o.id).join(", ")],
         ["hold", s.hold ? s.hold.kind + " hold by " + s.hold.by.name + ": " + s.hold.reason : ""],
-        ["supersedes", s.supersedes ? h("a", { href: "#/job/" + s.supersedes }, s.supersedes) : ""],
-        ["superseded by", s.superseded_by ? h("a", { id: "superseded-by", href: "#/job/" + s.superseded_by }, s.superseded_by) : ""],
+        ["supersedes", s.supersedes ? h("a", { id: "supersedes",
+          href: "#/job/" + encodeURIComponent(s.supersedes) }, s.supersedes) : ""],
+        ["superseded by", s.superseded_by ? h("a", { id: "superseded-by",
+          href: "#/job/" + encodeURIComponent(s.superseded_by) }, s.superseded_by) : ""],
       ]));
       history.replaceChildren(h("table", {}, h("tbody", {}, s.history.map((t) => h("tr", {},
         h("td", {}, t.at), h("td", {}, stateCell(t.state)), h("td", {}, t.cause.kind),
-        h("td", {}, (t.cause.actor ? t.cause.actor.name + ": " : "") + (t.detail || t.cause.detail || "")))))));
+        h("td", { class: "verbatim" }, (t.cause.actor ? t.cause.actor.name + ": " : "") + (t.detail || t.cause.detail || "")))))));
     }
 
     let lastSeq = -1;
@@ -445,16 +454,20 @@
       if (first && first.type === "job.created") {
         created.replaceChildren(planView(first.plan), kv([
           ["cluster", first.spec.cluster],
-          ["checkpoint root", first.spec.checkpoint || "(none)"],
+          ["checkpoint root", h("span", { id: "checkpoint-root", class: "verbatim" },
+            first.spec.checkpoint || "(none)")],
           ["submitted by", first.by.name + " (" + first.by.kind + ")"],
           ["generation", first.generation],
         ]));
       }
+      const generation = first && first.type === "job.created" ? first.generation || 0 : 0;
       execs.replaceChildren(h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, "object"),
-        h("th", {}, "submission/attempt"), h("th", {}, "ended executions (restart: cause, nodes)"))),
-      h("tbody", {}, executions(rec.events).map((x) => h("tr", {},
+        h("th", {}, "submission/attempt"),
+        h("th", {}, "ended executions (restart, epoch: cause, nodes)"))),
+      h("tbody", {}, executions(rec.events).map((x) => h("tr", { "data-object": x.ref.id },
         h("td", {}, x.ref.cluster + "/" + x.ref.id), h("td", {}, x.submission + "/" + x.attempt),
-        h("td", {}, x.ends.map((e) => "R" + e.restart + ": " + causeText(e.cause) +
+        h("td", { class: "ends" }, x.ends.map((e) => "R" + e.restart + ", epoch " +
+          epochOf(generation, e.submission, e.restart) + ": " + causeText(e.cause) +
           (e.cause.nodes && e.cause.nodes.length ? " on " + e.cause.nodes.join(",") : "")).join("; ")))))));
       record.replaceChildren(h("summary", {}, "Record (" + rec.events.length + " events)"),
         h("table", { id: "events" }, h("tbody", {}, rec.events.map((r) => h("tr", {},
@@ -501,6 +514,7 @@
           stateCell(i.state), " · ", i.severity, " · ", since(i.at), " old"),
         h("div", { class: "detail" }, i.detail),
         h("div", { class: "meaning" }, i.meaning),
+        i.advice ? h("div", { class: "advice" }, i.advice) : null,
         h("div", { class: "buttons" }, answerButtons(i.job_id, i.answers, out || local, i.abandon_target)),
         out ? null : local);
     }));
