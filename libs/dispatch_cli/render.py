@@ -37,6 +37,7 @@ from dispatch_core import (
     NodeLossObserved,
     OutcomeCommitted,
     Plan,
+    ProgressObserved,
     RecoveryCommitted,
     Status,
     StopRequested,
@@ -174,6 +175,10 @@ def plan_lines(plan: Plan) -> list[str]:
             text += f" (budget {rule.budget})"
         if rule.action.value == "hold":
             text += f" (overdue after {_duration(rule.hold_for_s)})"
+        if rule.free_if_progress:
+            text += " (free if progress)"
+        if rule.max_without_progress is not None:
+            text += f" (hold after {rule.max_without_progress} without progress)"
         if rule.enforcer.value == "backend":
             text += " [backend enforces it]"
         if rule.substituted_for is not None:
@@ -320,6 +325,11 @@ def answer_hint(
             )
         case EscalationKind.GIVE_UP:
             return "nothing to answer"
+        case EscalationKind.NO_PROGRESS:
+            return (
+                f"find why it makes no progress, then: dispatch resubmit {job_id} {r} "
+                f"(or give-up, or cancel)"
+            )
         case _:
             assert_never(kind)
 
@@ -375,6 +385,15 @@ def event_line(seq: int, event: JobEvent) -> str:
             what = f"{event.ref.cluster}/{event.ref.id} ended: {cause_text(event.cause)}"
         case RecoveryCommitted():
             what = f"recovery: rule {event.rule} {event.action.value} on {event.cause.kind.value}"
+            if event.free:
+                what += " (free: the execution made progress)"
+        case ProgressObserved():
+            step = "nothing published" if event.step is None else f"step {event.step}"
+            what = f"{event.ref.cluster}/{event.ref.id} ended at {step}"
+            if event.advanced:
+                what += ", advanced"
+            if event.without_progress:
+                what += f", {event.without_progress} without progress"
         case HoldPlaced():
             what = f"{event.kind.value} hold #{event.instance} by {event.by.name}: {event.reason}"
         case HoldReleased():
@@ -410,6 +429,10 @@ def status_detail(
         lines.append(f"  submission  {status.submission}")
     if status.epoch is not None:
         lines.append(f"  epoch       {status.epoch}")
+    if status.published_step is not None:
+        lines.append(
+            f"  published   step {status.published_step} (as of {when(status.published_at)})"
+        )
     objects = ", ".join(f"{o.cluster}/{o.id}" for o in status.objects) or "-"
     lines.append(f"  objects     {objects}")
     lines.append(f"  hold        {hold_text(status.hold)}")

@@ -23,11 +23,12 @@ look in force and not be. Like sbatch, the first line must be ``#!``.
 
 **The lines** (words split as the shell does, ``# ...`` after them a comment):
 
-* ``#DISPATCH <action> on=<cause>[,<cause>...] [budget=N] [for=DURATION] [enforcer=WHO]``:
-  one recovery rule (:class:`~dispatch_core.RecoveryRule`), in the order written. ``action``
-  is ``resubmit``, ``hold``, ``escalate``, ``restart`` or ``requeue``; ``budget`` (default 3)
-  only for resubmit, restart and requeue; ``for`` (``12h``: when the hold is overdue) only
-  for hold; ``enforcer`` is ``supervisor`` (default) or ``backend``.
+* ``#DISPATCH <action> on=<cause>[,<cause>...] [budget=N] [for=DURATION] [enforcer=WHO]
+  [max-without-progress=N]``: one recovery rule (:class:`~dispatch_core.RecoveryRule`), in
+  the order written. ``action`` is ``resubmit``, ``hold``, ``escalate``, ``restart`` or
+  ``requeue``; ``budget`` (default 3) and ``max-without-progress`` only for resubmit,
+  restart and requeue; ``for`` (``12h``: when the hold is overdue) only for hold;
+  ``enforcer`` is ``supervisor`` (default) or ``backend``.
 * ``#DISPATCH checkpoint=<root>``: ``spec.checkpoint`` (``DISPATCH_CHECKPOINT``; ``{job}``
   becomes the job's id, like ``%j``).
 * ``#DISPATCH cluster=<name>``: the cluster, when ``--cluster`` is not given.
@@ -35,6 +36,9 @@ look in force and not be. Like sbatch, the first line must be ``#!``.
   1: a recovery after an execution that advanced the published step costs no budget). The
   line is refused as "not supported yet" while the core's ``RecoveryRule`` has no such
   setting, rather than ignored.
+* ``#DISPATCH max-without-progress=N``: every budgeted rule's ``max_without_progress`` that
+  its own line didn't set (issue 14 part 1: after N executions in a row without advancing
+  the published step, the job is held with escalation ``no-progress:<N>``).
 
 Anything else on a ``#DISPATCH`` line (an unknown word, a key twice, a cause no rule may
 cover, a budget that is not a number) is refused with the file's name and line number.
@@ -64,6 +68,7 @@ from dispatch_core import Action, Enforcer, Plan, RecoveryRule
 
 __all__ = [
     "FREE_IF_PROGRESS",
+    "MAX_WITHOUT_PROGRESS",
     "DispatchDirectives",
     "ScriptError",
     "build_sbatch_submission",
@@ -73,6 +78,9 @@ __all__ = [
 
 FREE_IF_PROGRESS: Final = "free_if_progress"
 """The :class:`~dispatch_core.RecoveryRule` setting ``#DISPATCH free-if-progress`` sets."""
+
+MAX_WITHOUT_PROGRESS: Final = "max_without_progress"
+"""The :class:`~dispatch_core.RecoveryRule` setting ``max-without-progress=N`` sets."""
 
 _RULE_KEYS: Final = frozenset(f.encode_name for f in msgspec.structs.fields(RecoveryRule))
 _BUDGETED: Final = frozenset({Action.RESUBMIT, Action.RESTART, Action.REQUEUE})
@@ -139,19 +147,33 @@ def _rule(
                 rule["hold_for_s"] = parse_duration(value, option="for")
             except UsageError as err:
                 raise _fail(where, line, err.message) from err
+        elif key == "max-without-progress":
+            if action not in _BUDGETED:
+                raise _fail(where, line, f"a {action.value} rule has no max-without-progress")
+            rule[MAX_WITHOUT_PROGRESS] = _count(where, line, value)
         elif key == "enforcer":
             if value not in {e.value for e in Enforcer}:
                 raise _fail(where, line, f"enforcer={value!r}: say supervisor or backend")
             rule["enforcer"] = value
         else:
             raise _fail(
-                where, line, f"unknown key {key!r} for a rule (on=, budget=, for=, enforcer=)"
+                where,
+                line,
+                f"unknown key {key!r} for a rule (on=, budget=, for=, enforcer=, "
+                "max-without-progress=)",
             )
     if "on" not in rule:
         raise _fail(where, line, "a rule needs on=CAUSE[,CAUSE...]")
     if action in _BUDGETED and "budget" not in rule:
         rule["budget"] = _DEFAULT_BUDGET
     return rule
+
+
+def _count(where: str, line: str, value: str) -> int:
+    """``max-without-progress=N``: a whole number >= 1."""
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
+        raise _fail(where, line, f"max-without-progress={value!r} is not a whole number >= 1")
+    return int(value)
 
 
 def _pairs(where: str, line: str, words: Sequence[str]) -> list[tuple[str, str]]:
@@ -194,6 +216,7 @@ def parse_directives(
     rules: list[dict[str, Any]] = []
     settings: dict[str, str] = {}
     free_if_progress: str | None = None
+    without_progress: tuple[str, int] | None = None
     job_name: str | None = None
     for number, line in enumerate(text.splitlines(), start=1):
         where = f"{source}:{number}"
@@ -236,13 +259,18 @@ def parse_directives(
             rules.append(_rule(where, line, action, _pairs(where, line, words[1:])))
             continue
         for key, value in _pairs(where, line, words):
+            if key == "max-without-progress":
+                if without_progress is not None:
+                    raise _fail(where, line, f"{key}= was already given")
+                without_progress = (where, _count(where, line, value))
+                continue
             if key not in _SETTINGS:
                 actions = ", ".join(a.value for a in Action)
                 raise _fail(
                     where,
                     line,
                     f"unknown directive {key!r} (a rule: {actions}; or checkpoint=, "
-                    "cluster=, free-if-progress)",
+                    "cluster=, free-if-progress, max-without-progress=)",
                 )
             if key in settings:
                 raise _fail(where, line, f"{key}= was already given")
@@ -258,6 +286,16 @@ def parse_directives(
             )
         for rule in budgeted:
             rule[FREE_IF_PROGRESS] = True
+    if without_progress is not None:
+        where, limit = without_progress
+        budgeted = [r for r in rules if Action(r["action"]) in _BUDGETED]
+        if not budgeted:
+            raise ScriptError(
+                f"{where}: max-without-progress applies to resubmit, restart and requeue "
+                "rules, and the script has none"
+            )
+        for rule in budgeted:
+            rule.setdefault(MAX_WITHOUT_PROGRESS, limit)
     return DispatchDirectives(
         rules=tuple(rules),
         checkpoint=settings.get("checkpoint"),

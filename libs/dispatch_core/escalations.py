@@ -17,6 +17,7 @@ refused             ``refused:<N>``         the submission every launch of was r
 cleanup-deadline    ``cleanup-deadline``    none: committed once per job
 stop-overdue        ``stop-overdue:<id>``   the object's id on its cluster
 give-up             ``give-up``             none: records a decision
+no-progress         ``no-progress:<N>``     the rule's ``max_without_progress``
 ==================  ======================  ==========================================
 
 :data:`ESCALATIONS` says, per kind, its :class:`Severity`, what it means (seed 002's words), what
@@ -69,6 +70,7 @@ class EscalationKind(enum.StrEnum):
     CLEANUP_DEADLINE = "cleanup-deadline"
     STOP_OVERDUE = "stop-overdue"
     GIVE_UP = "give-up"
+    NO_PROGRESS = "no-progress"
 
 
 class Severity(enum.StrEnum):
@@ -223,6 +225,20 @@ _TABLE: Final = (
         advice="Someone gave the job up. Nothing to answer.",
         answers=(),
     ),
+    EscalationInfo(
+        kind=_K.NO_PROGRESS,
+        severity=Severity.WARNING,
+        meaning=(
+            "the job is held: N executions in a row ended by a cause its rule covers without "
+            "advancing the published step (issue 14)"
+        ),
+        advice=(
+            "The job keeps ending without publishing a newer step. Look at why it makes no "
+            "progress; then resubmit it, give it up, or cancel it."
+        ),
+        answers=("resubmit", "give-up", "cancel"),
+        argument="<N>",
+    ),
 )
 
 ESCALATIONS: Final[Mapping[EscalationKind, EscalationInfo]] = MappingProxyType(
@@ -230,7 +246,7 @@ ESCALATIONS: Final[Mapping[EscalationKind, EscalationInfo]] = MappingProxyType(
 )
 """Every kind of escalation, in the order seed 002 answers them."""
 
-_NUMBERED: Final = frozenset({_K.OVERDUE, _K.ALL_UNKNOWN, _K.REFUSED})
+_NUMBERED: Final = frozenset({_K.OVERDUE, _K.ALL_UNKNOWN, _K.REFUSED, _K.NO_PROGRESS})
 _OBJECT: Final = frozenset({_K.FOREIGN, _K.ADMIN_HELD, _K.STOP_OVERDUE})
 _BARE: Final = frozenset({_K.CLEANUP_DEADLINE, _K.GIVE_UP})
 _CAUSES: Final = frozenset(c.value for c in CauseKind)
@@ -281,7 +297,8 @@ def escalation_id(kind: EscalationKind, arg: str | int | tuple[int, int] | None 
     Args:
         kind: what the escalation is about.
         arg: the id's argument: the hold's instance (``overdue``), the submission
-            (``all-unknown``, ``refused``), ``(submission, attempt)`` or ``"N/a"``
+            (``all-unknown``, ``refused``), the rule's ``max_without_progress``
+            (``no-progress``), ``(submission, attempt)`` or ``"N/a"``
             (``unmatched``), the object's id (``foreign``, ``admin-held``, ``stop-overdue``),
             the cause kind (``failed``); ``None`` for ``cleanup-deadline`` and ``give-up``.
 

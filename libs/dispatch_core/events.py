@@ -50,6 +50,7 @@ __all__ = [
     "LaunchUnknown",
     "NodeLossObserved",
     "OutcomeCommitted",
+    "ProgressObserved",
     "RecoveryCommitted",
     "StopRequested",
     "StopWhy",
@@ -264,12 +265,16 @@ class RecoveryCommitted(Event, frozen=True, kw_only=True, tag="recovery.committe
         action: the action carried out.
         cause: the cause that ended the execution.
         native: whether the backend carried it out itself (a native requeue or restart).
+        free: whether it spends nothing of the rule's budget: the rule says
+            ``free_if_progress`` and the ended execution advanced the published step
+            (issue 14; the execution's ``progress.observed`` says so).
     """
 
     rule: int
     action: Action
     cause: Cause
     native: bool = False
+    free: bool = False
 
 
 class HoldPlaced(Event, frozen=True, kw_only=True, tag="hold.placed"):
@@ -322,6 +327,36 @@ class CessationObserved(Event, frozen=True, kw_only=True, tag="cessation.observe
     ref: ObjectRef
     ceased: bool
     detail: str = ""
+
+
+class ProgressObserved(Event, frozen=True, kw_only=True, tag="progress.observed"):
+    """The job's publications when one of its executions ended (issue 14, part 1): the
+    latest published epoch and step (seed 004's ``pub/`` listing, never the checkpoint), and
+    whether the execution advanced the published step past the one before it.
+
+    Attributes:
+        ref: the object whose execution ended; ``restart`` its R; ``submission`` its N.
+        epoch: the latest publication's epoch, ``None`` when nothing is published.
+        step: the latest publication's step, ``None`` when nothing is published.
+        read_at: when the ``pub/`` listing was read; ``None`` when the Discovery that showed
+            the end had no listing (then nothing is taken to have advanced).
+        advanced: whether ``step`` is greater than the last step a previous fact recorded
+            (any step, when none did).
+        rule: the plan's rule that covers the ending's cause, ``None`` when none does.
+        without_progress: consecutive executions, ending with this one, that the same rule
+            covered and that did not advance (0 when this one advanced); counting starts
+            again after a ``no-progress`` hold.
+    """
+
+    ref: ObjectRef
+    restart: int
+    submission: int
+    epoch: int | None = None
+    step: int | None = None
+    read_at: UtcDatetime | None = None
+    advanced: bool = False
+    rule: int | None = None
+    without_progress: int = 0
 
 
 class CancelRequested(Event, frozen=True, kw_only=True, tag="cancel.requested"):
@@ -416,6 +451,7 @@ JobEvent = (
     | HoldPlaced
     | HoldReleased
     | CessationObserved
+    | ProgressObserved
     | CancelRequested
     | GaveUp
     | Abandoned

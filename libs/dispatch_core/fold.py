@@ -46,6 +46,7 @@ from dispatch_core.events import (
     LaunchUnknown,
     NodeLossObserved,
     OutcomeCommitted,
+    ProgressObserved,
     RecoveryCommitted,
     StopRequested,
     SubmissionOpened,
@@ -357,6 +358,7 @@ class _Acc:
         "outcome_cause",
         "plan",
         "policy",
+        "progress",
         "recoveries",
         "seq",
         "spec",
@@ -378,12 +380,14 @@ class _Acc:
         self.abandoned: _Items[AbandonTarget]
         self.escalations: _KeyedItems[Escalation]
         self.history: _Items[Transition]
+        self.progress: _Items[ProgressObserved]
         if fresh:  # a record folded from its beginning: plain lists
             self.submissions = _Fresh(unknown_launch, submission_kind)
             self.objects = _FreshKeyed(_object_key, unconfirmed)
             self.recoveries = _Fresh(kind=recovery_kind)
             self.holds, self.abandoned, self.history = _Fresh(), _Fresh(), _Fresh()
             self.escalations = _FreshKeyed(_escalation_key, undelivered)
+            self.progress = _Fresh()
         else:  # over a prior job: its tuples shared, changes kept beside them
             self.submissions = _Vec(job.submissions, unknown_launch, submission_kind)
             self.objects = _Keyed(job.objects, _object_key, unconfirmed)
@@ -391,6 +395,7 @@ class _Acc:
             self.holds, self.abandoned = _Vec(job.holds), _Vec(job.abandoned)
             self.history = _Vec(job.history)
             self.escalations = _Keyed(job.escalations, _escalation_key, undelivered)
+            self.progress = _Vec(job.progress)
         self.outcome, self.outcome_cause, self.outcome_at = (
             job.outcome,
             job.outcome_cause,
@@ -446,6 +451,7 @@ class _Acc:
             escalations=self.escalations.freeze_indexed(),
             history=self.history.freeze(),
             ended_cause=self.ended_cause,
+            progress=self.progress.freeze(),
         )
 
     # -- lookups that refuse what does not exist ------------------------------------------
@@ -591,7 +597,14 @@ def _apply(acc: _Acc, seq: int, ev: JobEvent) -> None:
                     f"{len(acc.plan.rules)} rules",
                 )
             acc.recoveries.append(
-                Recovery(at=ev.at, rule=ev.rule, action=ev.action, cause=ev.cause, native=ev.native)
+                Recovery(
+                    at=ev.at,
+                    rule=ev.rule,
+                    action=ev.action,
+                    cause=ev.cause,
+                    native=ev.native,
+                    free=ev.free,
+                )
             )
             acc.history.append(Transition(at=ev.at, state=State.RECOVERING, cause=ev.cause))
         case EscalationCommitted():
@@ -699,6 +712,9 @@ def _apply(acc: _Acc, seq: int, ev: JobEvent) -> None:
         case CessationObserved():
             i, obj = acc.object(seq, ev.ref, "cessation.observed")
             acc.objects[i] = replace(obj, cessation_asked_at=ev.at, ceased=ev.ceased)
+        case ProgressObserved():
+            acc.object(seq, ev.ref, "progress.observed")
+            acc.progress.append(ev)
         case OutcomeCommitted():
             if acc.outcome is not None:
                 raise acc.bad(

@@ -14,7 +14,7 @@ from typing import Any, Final, Self, TypeVar
 
 import msgspec
 
-from dispatch_core.events import AbandonTarget
+from dispatch_core.events import AbandonTarget, ProgressObserved
 from dispatch_core.state import (
     Action,
     Actor,
@@ -150,7 +150,10 @@ def tally_of(items: tuple[_T, ...], kind: Callable[[_T], Hashable]) -> Mapping[H
 
 
 def recovery_kind(recovery: Recovery) -> Hashable:
-    """What recoveries are tallied by: their rule, and whether the backend made it."""
+    """What recoveries are tallied by: their rule, and whether the backend made it; a free
+    one (issue 14) also by that, so ``spent`` leaves it out."""
+    if recovery.free:
+        return (recovery.rule, recovery.native, "free")
     return (recovery.rule, recovery.native)
 
 
@@ -289,6 +292,8 @@ class Recovery(msgspec.Struct, frozen=True, kw_only=True):
     action: Action
     cause: Cause
     native: bool = False
+    free: bool = False
+    """Spent nothing of the rule's budget (``free_if_progress``, issue 14)."""
 
 
 class Hold(msgspec.Struct, frozen=True, kw_only=True):
@@ -368,6 +373,8 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, dict=True):
         history: the committed transitions, in order.
         ended_cause: the cause of the last execution the record shows ended (duplicates
             aside), or ``None`` while none has ended; a recovering job shows it (seed 000).
+        progress: the job's publications each time one of its executions ended (issue 14),
+            in order.
 
     ``object`` and ``escalation`` look up by index (:class:`Indexed`): built once per record
     by ``fold`` and carried by every later version, or built at the first lookup of a Job
@@ -399,6 +406,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, dict=True):
     escalations: tuple[Escalation, ...] = ()
     history: tuple[Transition, ...] = ()
     ended_cause: Cause | None = None
+    progress: tuple[ProgressObserved, ...] = ()
 
     @property
     def hold(self) -> Hold | None:
@@ -466,7 +474,8 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, dict=True):
         return index_of(self.escalations, _id_of)
 
     def spent(self, rule: int) -> int:
-        """How many recoveries rule ``rule`` has made."""
+        """How much of rule ``rule``'s budget its recoveries spent (a ``free`` one, issue 14,
+        spends nothing: it is tallied apart)."""
         tally = self._recoveries_tally
         return tally.get((rule, False), 0) + tally.get((rule, True), 0)
 
@@ -524,6 +533,8 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
         epoch: ``DISPATCH_EPOCH`` of the current execution, when one is known.
         objects: the refs of the job's live objects.
         settled: whether the job has an outcome and nothing of it can still act.
+        published_step: the latest published step a progress fact recorded (issue 14), and
+            ``published_at`` when its ``pub/`` listing was read; ``None`` when none did.
         history_total: how many transitions the record holds; the ``history`` shown are the
             last of them. 0 in a Status written before the history was bounded, whose
             ``history`` is the whole history (see :attr:`history_count`).
@@ -544,6 +555,8 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
     objects: tuple[ObjectRef, ...] = ()
     settled: bool = False
     history_total: int = 0
+    published_step: int | None = None
+    published_at: UtcDatetime | None = None
 
     @property
     def history_count(self) -> int:

@@ -54,6 +54,7 @@ from dispatch_core.events import (
     LaunchUnknown,
     NodeLossObserved,
     OutcomeCommitted,
+    ProgressObserved,
     RecoveryCommitted,
     StopRequested,
     StopWhy,
@@ -62,6 +63,7 @@ from dispatch_core.events import (
 )
 from dispatch_core.fold import fold
 from dispatch_core.job import Attempt, Hold, Job, LaunchOutcome, ObjectRecord, Submission
+from dispatch_core.progress import Verdict, fact_for, last_step, observe, verdict
 from dispatch_core.project import settled
 from dispatch_core.state import (
     Action,
@@ -565,6 +567,7 @@ def _decide_ending(p: _Pass, ref: ObjectRef, restart: int, cause: Cause, *, live
         lived_on: whether the scheduler ran the object again after it (a later execution).
     """
     kind = cause.kind
+    fact = _progress(p, ref, restart, cause)
     if kind is CauseKind.NONE:
         _outcome(p, State.SUCCEEDED, cause)
         return
@@ -599,12 +602,18 @@ def _decide_ending(p: _Pass, ref: ObjectRef, restart: int, cause: Cause, *, live
                 p.stop(ref, StopWhy.RECOVERY)
             _place_recovery_hold(p, rule, cause)
         case Action.RESUBMIT | Action.RESTART | Action.REQUEUE:
-            if p.job.spent(rule.rule) >= rule.budget:
+            judged = verdict(rule, p.job.spent(rule.rule), fact)
+            free = judged is Verdict.FREE
+            if judged is Verdict.SPENT:
                 _fail(p, ref, cause, _spent(rule, kind), lived_on=lived_on)
+            elif judged is Verdict.NO_PROGRESS:
+                if lived_on:
+                    p.stop(ref, StopWhy.RECOVERY)
+                _place_no_progress_hold(p, rule, cause)
             elif lived_on:
-                _recover(p, ref, restart, rule, cause, native=True)
+                _recover(p, ref, restart, rule, cause, native=True, free=free)
             elif rule.action is Action.RESUBMIT:
-                _recover(p, ref, restart, rule, cause, native=False)
+                _recover(p, ref, restart, rule, cause, native=False, free=free)
                 _open_submission(p, SubmissionWhy.RECOVERY, cause)
             else:
                 _fail(
@@ -635,6 +644,7 @@ def _recover(
     cause: Cause,
     *,
     native: bool,
+    free: bool = False,
 ) -> None:
     action = rule.substituted_for or rule.action
     p.commit(
@@ -647,8 +657,58 @@ def _recover(
             action=action,
             cause=cause,
             native=native,
+            free=free,
         ),
     )
+
+
+def _progress(p: _Pass, ref: ObjectRef, restart: int, cause: Cause) -> ProgressObserved | None:
+    """Record the job's publications for an execution of the current object that ended
+    (issue 14, part 1), once per execution, and return the fact.
+
+    Recorded when the rule covering the cause reads publications (``free_if_progress`` or
+    ``max_without_progress``) or the Discovery read the job's ``pub/`` listing; otherwise
+    nothing is recorded and the rule spends as it always did. A fact a crash separated from
+    its decision is reused.
+    """
+    known = fact_for(p.job, ref, restart)
+    if known is not None:
+        return known
+    rule = p.job.plan.rule_for(cause.kind)
+    publications = None if p.discovery is None else p.discovery.publications
+    if publications is None and (rule is None or not rule.progress_aware):
+        return None
+    record = p.job.object(ref)
+    assert record is not None  # only the current submission's object is decided
+    fact = observe(
+        p.job,
+        ref=ref,
+        restart=restart,
+        submission=record.submission,
+        rule=rule,
+        publications=publications,
+        now=p.now,
+    )
+    p.commit("progress", f"{ref}/{restart}", fact)
+    return fact
+
+
+def _place_no_progress_hold(p: _Pass, rule: PlannedRule, cause: Cause) -> None:
+    """Hold the job under a recovery hold and escalate ``no-progress:<N>`` (issue 14): N
+    executions in a row ended by a cause ``rule`` covers without advancing the published
+    step. A person resubmits, gives up or cancels; the escalation is committed once per job
+    (seed 002), a later no-progress hold of the same N places its hold alone."""
+    limit = rule.max_without_progress
+    assert limit is not None
+    step = last_step(p.job)
+    published = "nothing is published" if step is None else f"the published step stays {step}"
+    reason = (
+        f"{limit} executions in a row ended by a cause rule {rule.rule} covers (this one "
+        f"{cause.kind}) and {published}; rule {rule.rule} holds the job for a person "
+        f"(max_without_progress = {limit})"
+    )
+    _place_recovery_hold(p, rule, cause, reason=reason)
+    p.escalate(esc_id(EscalationKind.NO_PROGRESS, limit), reason)
 
 
 def _open_submission(p: _Pass, why: SubmissionWhy, cause: Cause | None) -> None:
@@ -703,7 +763,9 @@ def _fail(p: _Pass, ref: ObjectRef, cause: Cause, why: str, *, lived_on: bool) -
     )
 
 
-def _place_recovery_hold(p: _Pass, rule: PlannedRule, cause: Cause) -> None:
+def _place_recovery_hold(
+    p: _Pass, rule: PlannedRule, cause: Cause, *, reason: str | None = None
+) -> None:
     """Place a recovery hold for a hold rule.
 
     Seed 000: "a hold rule: the job is held under a recovery hold, until a person
@@ -727,7 +789,9 @@ def _place_recovery_hold(p: _Pass, rule: PlannedRule, cause: Cause) -> None:
             ),
         )
     instance = len(p.job.holds) + 1
-    if rule.substituted_for is not None:
+    if reason is not None:
+        pass
+    elif rule.substituted_for is not None:
         reason = (
             f"{cause.kind} ended the execution; the job shares a mutable checkpoint, so rule "
             f"{rule.rule} ({rule.substituted_for}) became a hold until its processes are "

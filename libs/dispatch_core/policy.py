@@ -58,7 +58,8 @@ def validate(policy: RecoveryPolicy) -> None:
 
     Rules are checked in order; within a rule, in this order: it covers no cause; its budget
     is negative; its ``hold_for_s`` is not a positive, finite number of seconds of at most
-    ``MAX_HOLD_FOR_S`` (a deadline past the year 9999 can't be computed); it covers
+    ``MAX_HOLD_FOR_S`` (a deadline past the year 9999 can't be computed); its
+    ``max_without_progress`` is set and not in 1..``MAX_SUBMISSION``; it covers
     ``none`` (success), ``cancelled`` (a cancel that reached the scheduler is final),
     ``held`` or ``released`` (decisions, not endings); it covers ``unknown`` with an action
     other than hold or escalate (resubmitting on a cause nobody understands is a guess); it
@@ -86,6 +87,15 @@ def validate(policy: RecoveryPolicy) -> None:
                 None,
                 f"hold_for_s {rule.hold_for_s} is not a positive number of seconds of at most "
                 f"{MAX_HOLD_FOR_S:.0f}",
+            )
+        if rule.max_without_progress is not None and not (
+            1 <= rule.max_without_progress <= MAX_SUBMISSION
+        ):
+            raise InvalidPolicy(
+                i,
+                None,
+                f"max_without_progress {rule.max_without_progress} is not in "
+                f"1..{MAX_SUBMISSION} (executions)",
             )
         for kind in rule.on:
             if kind in _UNCOVERABLE:
@@ -263,6 +273,8 @@ def make_plan(spec: JobSpec, policy: RecoveryPolicy, declarations: Declarations)
                 hold_for_s=hold_for_s,
                 substituted_for=substituted_for,
                 unenforced=unenforced,
+                free_if_progress=rule.free_if_progress,
+                max_without_progress=rule.max_without_progress,
             )
         )
     uncovered = tuple(sorted(COVERABLE_CAUSES - covered, key=_ORDER.__getitem__))

@@ -12,6 +12,7 @@ from msgspec.structs import replace
 
 from dispatch_core.epoch import epoch
 from dispatch_core.job import STATUS_HISTORY_LIMIT, HoldView, Job, LaunchOutcome, Status
+from dispatch_core.progress import latest_published
 from dispatch_core.state import (
     Cause,
     CauseKind,
@@ -72,6 +73,7 @@ def project(
     state, cause = _state(job, current, discovery, now)
     hold = job.hold
     sub = job.submission
+    published = latest_published(job)
     return Status(
         job_id=job.job_id,
         level=Level.FULL,
@@ -102,6 +104,8 @@ def project(
         objects=_live_refs(discovery),
         settled=settled(job, discovery),
         history_total=len(job.history),
+        published_step=None if published is None else published.step,
+        published_at=None if published is None else (published.read_at or published.at),
     )
 
 

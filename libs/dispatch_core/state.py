@@ -40,6 +40,7 @@ __all__ = [
     "Plan",
     "PlannedRule",
     "Provenance",
+    "Publications",
     "RecoveryPolicy",
     "RecoveryRule",
     "SharedCheckpoint",
@@ -299,6 +300,8 @@ class Discovery(msgspec.Struct, frozen=True, kw_only=True):
             those shown ended (by the scheduler, its accounting, or the observer's memory).
         vanished: objects of the job the observer saw alive and the scheduler no longer has
             any record of (neither listed live nor found where it keeps ends).
+        publications: what the job's ``pub/`` listing showed, when the observer read it in
+            this poll (issue 14); ``None`` when it didn't (no checkpoint root, or not due).
     """
 
     cluster: str
@@ -306,6 +309,24 @@ class Discovery(msgspec.Struct, frozen=True, kw_only=True):
     seen_at: UtcDatetime
     objects: tuple[ObservedObject, ...] = ()
     vanished: tuple[ObjectRef, ...] = ()
+    publications: Publications | None = None
+
+
+class Publications(msgspec.Struct, frozen=True, kw_only=True):
+    """What a job's ``pub/`` listing showed (seed 004: "The latest checkpoint is the entry with
+    the greatest epoch, then step, found by listing pub/"). Only the listing is read, never
+    the checkpoint itself.
+
+    Attributes:
+        read_at: when the listing was read.
+        epoch: the latest publication's epoch, ``None`` when nothing is published.
+        step: the latest publication's step (training steps, as the job numbers them),
+            ``None`` when nothing is published.
+    """
+
+    read_at: UtcDatetime
+    epoch: int | None = None
+    step: int | None = None
 
 
 class Action(enum.StrEnum):
@@ -439,6 +460,11 @@ class RecoveryRule(msgspec.Struct, frozen=True, kw_only=True):
             backend that enforces them natively.
         hold_for_s: for a hold rule, seconds until the hold is overdue (escalated, never
             lifted on its own).
+        free_if_progress: a recovery whose ended execution advanced the job's published
+            step (seed 004's ``pub/`` listing) does not spend the budget (issue 14, part 1).
+        max_without_progress: after this many consecutive executions ended by a cause the
+            rule covers without advancing the published step, the job is held under a
+            recovery hold with escalation ``no-progress:<N>``; ``None``: never.
     """
 
     on: tuple[CauseKind, ...]
@@ -446,6 +472,8 @@ class RecoveryRule(msgspec.Struct, frozen=True, kw_only=True):
     budget: int = 0
     enforcer: Enforcer = Enforcer.SUPERVISOR
     hold_for_s: float = 86400.0
+    free_if_progress: bool = False
+    max_without_progress: int | None = None
 
 
 class RecoveryPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -483,6 +511,7 @@ class PlannedRule(msgspec.Struct, frozen=True, kw_only=True):
         substituted_for: the rule's own action when a substitution replaced it.
         unenforced: why nobody enforces it, when nobody does (the job then fails with an
             escalation saying so, seed 000 "An object ending is not the job ending").
+        free_if_progress, max_without_progress: the rule's progress settings (issue 14).
     """
 
     rule: int
@@ -493,6 +522,13 @@ class PlannedRule(msgspec.Struct, frozen=True, kw_only=True):
     hold_for_s: float
     substituted_for: Action | None = None
     unenforced: str | None = None
+    free_if_progress: bool = False
+    max_without_progress: int | None = None
+
+    @property
+    def progress_aware(self) -> bool:
+        """Whether the rule reads the job's publications (either progress setting)."""
+        return self.free_if_progress or self.max_without_progress is not None
 
 
 class Plan(msgspec.Struct, frozen=True, kw_only=True):

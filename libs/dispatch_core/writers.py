@@ -18,7 +18,7 @@ Audit of who appends what (the table follows it):
   ``superseded``, and the ``outcome.committed`` (``cancelled``, ``failed``) and
   ``escalation.committed`` (``give-up``) a cancel or a give-up commits.
 * ``supervisor`` (services/supervisor/passes.py, through ``next_steps``): launches and their
-  outcomes, gates, stop intents, node-loss and cessation observations, ended executions,
+  outcomes, gates, stop intents, node-loss, cessation and progress observations, ended executions,
   recoveries, recovery holds and the releases the planner makes (``outcome``, ``replaced``,
   ``ceased``), submissions it opens, outcomes and escalations; and ``escalation.delivered``
   when it delivers in process (``SUPERVISOR_DELIVER=module:function``).
@@ -59,6 +59,7 @@ from dispatch_core.events import (
     LaunchUnknown,
     NodeLossObserved,
     OutcomeCommitted,
+    ProgressObserved,
     RecoveryCommitted,
     StopRequested,
     SubmissionOpened,
@@ -138,6 +139,7 @@ WRITERS: Final[Mapping[type[JobEvent], WriterRule]] = {
     ExecutionEnded: _SUPERVISOR,
     RecoveryCommitted: _SUPERVISOR,
     CessationObserved: _SUPERVISOR,
+    ProgressObserved: _SUPERVISOR,
     # Deliveries: the notifier, or a supervisor delivering in process.
     EscalationDelivered: _DELIVERERS,
 }

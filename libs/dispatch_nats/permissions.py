@@ -18,6 +18,8 @@ identity            may
 ``notifier``        append as ``notifier`` (deliveries); read the record; its durable
                     consumer on the record stream (``<durable>``)
 ``observer-<c>``    publish the Discoveries of cluster ``<c>`` and its heartbeat
+                    ``dispatch.observer.<c>``; read the discovery stream, and the record
+                    (a job's checkpoint root, issue 14)
                     ``dispatch.observer.<c>``; read the discovery stream; answer the
                     output requests of its own cluster (subscribe ``dispatch.logs.<c>``,
                     reply once to each request's reply subject: ``allow_responses``)
@@ -332,7 +334,8 @@ def permissions(
                 f"{layout.latest_prefix(StreamKind.DISCOVERY)}.{identity.cluster}.*",
                 layout.observer_subject(identity.cluster),
             ]
-            pub += js.direct_get(disc)
+            # the record, read-only: a job's checkpoint root from its job.created (issue 14)
+            pub += js.direct_get(disc, rec)
             # `dispatch logs`: its own cluster's output requests, answered once each
             sub.append(layout.logs_subject(identity.cluster))
         case Role.READER:

@@ -19,6 +19,11 @@ stream, so a restart publishes nothing twice and keeps expecting what it last sa
 
 It also answers the API's requests for a chunk of an object's output on
 ``dispatch.logs.<cluster>`` (services/observer/output.py; ``dispatch logs``).
+Progress (issue 14, part 1): with a :class:`~services.observer.progress.PublicationReader`,
+the Discovery of a job with a checkpoint root carries what its ``pub/`` listing shows
+(``Discovery.publications``): read in the poll that first shows one of its executions ended
+(so the supervisor decides that end with it), and every ``progress_every`` polls while the
+job lives; a reading whose latest epoch and step are new publishes the Discovery.
 
 After each poll a heartbeat goes to ``dispatch.observer.<cluster>``: reachable, or
 unreachable with the error. An unreachable scheduler publishes no Discovery, so no job's
@@ -43,8 +48,17 @@ from prometheus_client import CollectorRegistry
 
 from dispatch_backends import Backend, BackendError, Unreachable, close_backend
 from dispatch_backends.config import load_clusters, make_backend, poll_interval_s
-from dispatch_core import Discovery, ObjectRef, ObservedObject, decode, encode, is_job_id
-from dispatch_nats import LatestStore, Layout, NatsStoreError, StreamKind
+from dispatch_core import (
+    Discovery,
+    ObjectRef,
+    ObservedObject,
+    Publications,
+    decode,
+    encode,
+    is_job_id,
+)
+from dispatch_core.writers import WriterKind
+from dispatch_nats import LatestStore, Layout, NatsStoreError, RecordStore, StreamKind
 from services.common.clock import utcnow
 from services.common.http import health_app, start_http
 from services.common.lifecycle import (
@@ -58,6 +72,7 @@ from services.observer.config import ObserverConfig
 from services.observer.heartbeat import Heartbeat, encode_heartbeat
 from services.observer.metrics import ObserverMetrics
 from services.observer.output import OutputServer
+from services.observer.progress import PublicationReader, RecordRoots
 
 __all__ = ["Observer", "PollResult", "run"]
 
@@ -102,6 +117,8 @@ class Observer:
         metrics: ObserverMetrics,
         poll_interval_s: float,
         clock: Callable[[], datetime] = utcnow,
+        publications: PublicationReader | None = None,
+        progress_every: int = 10,
     ) -> None:
         """Observe ``backend``'s cluster.
 
@@ -113,6 +130,8 @@ class Observer:
             metrics: where to count polls.
             poll_interval_s: seconds between two polls' starts.
             clock: the time of a heartbeat of an unreachable poll.
+            publications: reads jobs' ``pub/`` listings (issue 14); ``None``: never.
+            progress_every: polls between two readings of a live job's listing.
         """
         self._backend = backend
         self._cluster = backend.cluster
@@ -125,6 +144,10 @@ class Observer:
         self._last: dict[str, tuple[ObservedObject, ...]] = {}
         self._vanished: dict[str, tuple[ObjectRef, ...]] = {}
         self._skipped: set[str] = set()
+        self._reader = publications
+        self._progress_every = max(1, progress_every)
+        self._polls = 0
+        self._pubs: dict[str, Publications] = {}
 
     @property
     def known(self) -> Mapping[str, tuple[ObservedObject, ...]]:
@@ -154,6 +177,8 @@ class Observer:
             discovery = decode(entry.payload, Discovery)
             self._last[discovery.job_id] = discovery.objects
             self._vanished[discovery.job_id] = discovery.vanished
+            if discovery.publications is not None:
+                self._pubs[discovery.job_id] = discovery.publications
         log.info("observer.loaded", extra={"cluster": self._cluster, "jobs": len(self._last)})
         return len(entries)
 
@@ -237,14 +262,24 @@ class Observer:
             j for j, objs in self._last.items() if j not in objects and any(o.alive for o in objs)
         ]
         jobs += [j for j in vanished if j not in objects]
-        for job_id in dict.fromkeys(jobs):
-            discovery = self._discovery(job_id, seen_at, objects.get(job_id, ()), vanished)
+        self._polls += 1
+        built = [
+            self._discovery(job_id, seen_at, objects.get(job_id, ()), vanished)
+            for job_id in dict.fromkeys(jobs)
+        ]
+        read = await self._read_publications(built, seen_at)
+        for discovery in built:
+            job_id = discovery.job_id
+            if job_id in read:
+                discovery = msgspec.structs.replace(discovery, publications=read[job_id])
             last = self._last.get(job_id, ())
             last_vanished = self._vanished.get(job_id, ())
             same = (discovery.objects, discovery.vanished) == (last, last_vanished)
-            if not same and _canonical(discovery.objects, discovery.vanished) != _canonical(
+            moved = not same and _canonical(discovery.objects, discovery.vanished) != _canonical(
                 last, last_vanished
-            ):
+            )
+            progressed = job_id in read and _step(read[job_id]) != _step(self._pubs.get(job_id))
+            if moved or progressed:
                 changes.append(discovery)
         if not changes:
             return 0, 0
@@ -252,6 +287,37 @@ class Observer:
         results = await asyncio.gather(*(self._put(d, slots) for d in changes))
         published = sum(results)
         return published, len(results) - published
+
+    async def _read_publications(
+        self, built: list[Discovery], seen_at: datetime
+    ) -> dict[str, Publications | None]:
+        """Read ``pub/`` of the jobs due (issue 14): one whose Discovery shows an execution
+        ended that the last published one didn't, one with an object on a lost node, and,
+        every ``progress_every`` polls, one with a live object. A job due whose reading
+        failed gets ``None`` (nothing read, so the supervisor never decides an end on an
+        earlier reading)."""
+        if self._reader is None:
+            return {}
+        await self._reader.prepare(d.job_id for d in built)
+        due: list[str] = []
+        periodic = self._polls % self._progress_every == 0
+        for discovery in built:
+            if not self._reader.has_root(discovery.job_id):
+                continue
+            before = _ended(self._last.get(discovery.job_id, ()))
+            # A live object with a cause is on a lost node (seed 000): the node-loss fence
+            # may end its execution in any pass, so its listing is read every poll.
+            fenced = any(o.alive and o.cause is not None for o in discovery.objects)
+            if (
+                _ended(discovery.objects) - before
+                or fenced
+                or (periodic and any(o.alive for o in discovery.objects))
+            ):
+                due.append(discovery.job_id)
+        if not due:
+            return {}
+        got = await self._reader.read(due, seen_at)
+        return {job_id: got.get(job_id) for job_id in due}
 
     def _discovery(
         self,
@@ -289,6 +355,8 @@ class Observer:
                 return False
         self._last[discovery.job_id] = discovery.objects
         self._vanished[discovery.job_id] = discovery.vanished
+        if discovery.publications is not None:
+            self._pubs[discovery.job_id] = discovery.publications
         return True
 
     async def _heartbeat(self, result: PollResult) -> None:
@@ -326,6 +394,26 @@ def _canonical(
     """A Discovery's content, in an order that doesn't depend on which objects the backend
     still lists and which the observer keeps (so a forgotten end republishes nothing)."""
     return sorted(objects, key=lambda o: (o.ref.cluster, o.ref.id)), set(vanished)
+
+
+def _ended(objects: tuple[ObservedObject, ...]) -> set[tuple[ObjectRef, int]]:
+    """The executions ``objects`` show ended: each earlier one, and the current one once the
+    object is ended."""
+    out = {(o.ref, e.restart) for o in objects if not o.foreign for e in o.executions}
+    out |= {(o.ref, o.restarts) for o in objects if not o.foreign and not o.alive}
+    return out
+
+
+def _step(publications: Publications | None) -> tuple[int | None, int | None] | None:
+    return None if publications is None else (publications.epoch, publications.step)
+
+
+def _first_event(records: RecordStore) -> Callable[[str], Awaitable[bytes | None]]:
+    async def first(job_id: str) -> bytes | None:
+        entries = await records.read(job_id)
+        return entries[0].payload if entries else None
+
+    return first
 
 
 def _loaded(observer: Observer) -> Callable[[], Awaitable[bool]]:
@@ -396,6 +484,16 @@ async def run(
             read_timeout_s=cfg.store_timeout_s,
         )
         stack.push_async_callback(discoveries.aclose)
+        # Progress (issue 14): each job's checkpoint root comes from its record's first
+        # event; the observer only reads the record (it never appends).
+        records = RecordStore(
+            nc,
+            writer=WriterKind.SUPERVISOR,
+            layout=layout,
+            read_timeout_s=cfg.store_timeout_s,
+        )
+        stack.push_async_callback(records.aclose)
+        roots = RecordRoots(_first_event(records))
         observer = Observer(
             backend,
             discoveries,
@@ -403,6 +501,7 @@ async def run(
             layout=layout,
             metrics=metrics,
             poll_interval_s=interval,
+            publications=PublicationReader(roots, learn=roots.learn),
         )
         if await retry_until_stopped(stop, "observer.load", _loaded(observer)) is None:
             return

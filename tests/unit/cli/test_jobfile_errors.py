@@ -113,3 +113,33 @@ def test_a_policy_file_with_an_unknown_key_is_refused(tmp_path: Path) -> None:
     policy.write_text('[[rules]]\nonn = ["preempted"]\naction = "resubmit"\n')
     with pytest.raises(UsageError, match=r"unknown key `onn` in rules\[0\] \(did you mean `on`"):
         build(job, policy_file=policy)
+
+
+def test_a_job_file_takes_the_progress_settings_of_a_rule(tmp_path: Path) -> None:
+    """Issue 14 part 1: ``free_if_progress`` and ``max_without_progress`` are rule keys of
+    the TOML job file, sent as the API's ``policy.rules`` hold them."""
+    path = tmp_path / "job.toml"
+    path.write_text(
+        '[spec]\ncluster = "local"\ncommand = ["python", "train.py"]\n'
+        '[[policy.rules]]\non = ["preempted"]\naction = "resubmit"\nbudget = 2\n'
+        "free_if_progress = true\nmax_without_progress = 3\n"
+    )
+    body = build(path)
+    (rule,) = msgspec.convert(body["policy"]["rules"], list[RecoveryRule])
+    assert (rule.free_if_progress, rule.max_without_progress) == (True, 3)
+    misspelt = refused(
+        tmp_path,
+        '[spec]\ncluster = "local"\ncommand = ["x"]\n'
+        '[[policy.rules]]\non = ["preempted"]\naction = "resubmit"\nfree_if_progres = true\n',
+    )
+    assert "did you mean `free_if_progress`?" in misspelt
+
+
+def test_the_api_schema_has_both_progress_settings_per_rule() -> None:
+    from services.api.openapi import build_openapi
+
+    schemas = build_openapi()["components"]["schemas"]
+    for name in ("RecoveryRule", "PlannedRule"):
+        props = schemas[name]["properties"]
+        assert props["free_if_progress"]["type"] == "boolean", name
+        assert "max_without_progress" in props, name

@@ -18,11 +18,12 @@ from hypothesis import strategies as st
 from dispatch_backends.slurm.script import leading_block, sbatch_directives
 from dispatch_cli.sbatch import (
     FREE_IF_PROGRESS,
+    MAX_WITHOUT_PROGRESS,
     ScriptError,
     build_sbatch_submission,
     parse_directives,
 )
-from dispatch_core import COVERABLE_CAUSES, RecoveryPolicy
+from dispatch_core import COVERABLE_CAUSES, RecoveryPolicy, RecoveryRule
 from dispatch_core.policy import validate as validate_policy
 
 REPO: Final = Path(__file__).resolve().parents[3]
@@ -113,7 +114,7 @@ def test_a_setting_given_twice_is_refused_at_its_second_line() -> None:
 def test_free_if_progress_is_refused_as_not_supported_while_rules_lack_the_setting() -> None:
     text = _script("#DISPATCH resubmit on=preempted", "#DISPATCH free-if-progress")
     with pytest.raises(ScriptError) as caught:
-        parse_directives(text, source="s")
+        parse_directives(text, source="s", rule_keys=frozenset({"on", "action", "budget"}))
     assert caught.value.message.startswith("s:3: `#DISPATCH free-if-progress`: not supported yet")
 
 
@@ -132,6 +133,58 @@ def test_free_if_progress_sets_every_budgeted_rule_once_the_core_has_the_setting
     lone = _script("#DISPATCH hold on=non-zero-exit", "#DISPATCH free-if-progress")
     with pytest.raises(ScriptError, match=r"^script:3: free-if-progress applies to"):
         parse_directives(lone, rule_keys=keys)
+
+
+def test_free_if_progress_and_max_without_progress_are_accepted_by_the_core() -> None:
+    """Issue 14 part 1: the core's RecoveryRule has both settings, so the lines are taken."""
+    text = _script(
+        "#DISPATCH resubmit on=preempted budget=2 max-without-progress=5",
+        "#DISPATCH requeue on=node-lost",
+        "#DISPATCH hold on=non-zero-exit",
+        "#DISPATCH free-if-progress",
+        "#DISPATCH max-without-progress=3",
+    )
+    got = parse_directives(text)
+    assert got.rules == (
+        {
+            "action": "resubmit",
+            "on": ["preempted"],
+            "budget": 2,
+            MAX_WITHOUT_PROGRESS: 5,
+            FREE_IF_PROGRESS: True,
+        },
+        {
+            "action": "requeue",
+            "on": ["node-lost"],
+            "budget": 3,
+            FREE_IF_PROGRESS: True,
+            MAX_WITHOUT_PROGRESS: 3,
+        },
+        {"action": "hold", "on": ["non-zero-exit"]},
+    )
+    rules = msgspec.convert(list(got.rules), list[RecoveryRule])
+    assert [(r.free_if_progress, r.max_without_progress) for r in rules] == [
+        (True, 5),
+        (True, 3),
+        (False, None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("#DISPATCH resubmit on=preempted max-without-progress=0", "whole number >= 1"),
+        ("#DISPATCH resubmit on=preempted max-without-progress=x", "whole number >= 1"),
+        ("#DISPATCH hold on=out-of-memory max-without-progress=2", "no max-without-progress"),
+        ("#DISPATCH max-without-progress=-1", "whole number >= 1"),
+    ],
+)
+def test_a_malformed_max_without_progress_is_refused_with_its_line(line: str, words: str) -> None:
+    text = _script("#DISPATCH resubmit on=preempted", line)
+    with pytest.raises(ScriptError) as caught:
+        parse_directives(text, source="t")
+    assert caught.value.message.startswith("t:3: "), caught.value.message
+    assert words in caught.value.message
 
 
 def test_a_script_without_a_shebang_is_refused_as_sbatch_refuses_it() -> None:

@@ -55,6 +55,7 @@ from dispatch_core.state import (
     ObjectRef,
     ObservedObject,
     Provenance,
+    Publications,
     RecoveryPolicy,
     RecoveryRule,
 )
@@ -259,6 +260,7 @@ class Sim:
         self.stopped: list[Stop] = []
         self.seen_at: datetime | None = None
         self.vanished: list[ObjectRef] = []
+        self.publications: Publications | None = None  # what pub/ shows (issue 14)
 
     # -- the clock and the scheduler --------------------------------------------------------
 
@@ -276,6 +278,7 @@ class Sim:
             seen_at=self.seen_at or self.now,
             objects=tuple(self.objects.values()),
             vanished=tuple(self.vanished),
+            publications=self.publications,
         )
 
     def show(self, obj: ObservedObject) -> ObservedObject:

@@ -52,6 +52,7 @@ GOLDEN_IDS = [
     ("cleanup-deadline", EscalationKind.CLEANUP_DEADLINE, None),
     ("stop-overdue:dj-x-1-1", EscalationKind.STOP_OVERDUE, "dj-x-1-1"),
     ("give-up", EscalationKind.GIVE_UP, None),
+    ("no-progress:3", EscalationKind.NO_PROGRESS, "3"),
 ]
 
 MALFORMED_IDS = {
@@ -68,6 +69,7 @@ MALFORMED_IDS = {
     "argument to a bare kind": ("give-up:1", "alone"),
     "argument to cleanup-deadline": ("cleanup-deadline:1", "alone"),
     "object id missing": ("foreign", "no argument"),
+    "no-progress without N": ("no-progress", "no argument"),
 }
 
 
@@ -91,6 +93,7 @@ def test_the_prefixes_are_the_ids_records_hold() -> None:
         "cleanup-deadline",
         "stop-overdue",
         "give-up",
+        "no-progress",
     ]
 
 
@@ -102,7 +105,14 @@ def test_severities_are_the_notifiers_words() -> None:
     }
     assert by_severity == {
         Severity.CRITICAL: {"failed", "refused", "cleanup-deadline", "stop-overdue"},
-        Severity.WARNING: {"overdue", "all-unknown", "unmatched", "foreign", "admin-held"},
+        Severity.WARNING: {
+            "overdue",
+            "all-unknown",
+            "unmatched",
+            "foreign",
+            "admin-held",
+            "no-progress",
+        },
         Severity.INFO: {"give-up"},
     }
 
@@ -123,6 +133,7 @@ def test_answers_are_operator_commands_as_the_api_names_them() -> None:
     assert ESCALATIONS[EscalationKind.FOREIGN].answers == ("abandon",)
     assert ESCALATIONS[EscalationKind.FAILED].answers == ("supersede",)
     assert ESCALATIONS[EscalationKind.GIVE_UP].answers == ()
+    assert ESCALATIONS[EscalationKind.NO_PROGRESS].answers == ("resubmit", "give-up", "cancel")
 
 
 def test_id_formats_read_as_seed_002_writes_them() -> None:
@@ -131,6 +142,7 @@ def test_id_formats_read_as_seed_002_writes_them() -> None:
     assert formats["unmatched"] == "unmatched:<N>/<a>"
     assert formats["foreign"] == "foreign:<object id>"
     assert formats["cleanup-deadline"] == "cleanup-deadline"
+    assert formats["no-progress"] == "no-progress:<N>"
 
 
 @pytest.mark.parametrize(("text", "kind", "arg"), GOLDEN_IDS, ids=[g[0] for g in GOLDEN_IDS])
@@ -183,6 +195,7 @@ arguments: dict[EscalationKind, st.SearchStrategy[str | int | tuple[int, int] | 
     EscalationKind.CLEANUP_DEADLINE: st.none(),
     EscalationKind.STOP_OVERDUE: object_ids,
     EscalationKind.GIVE_UP: st.none(),
+    EscalationKind.NO_PROGRESS: positive,
 }
 built = st.sampled_from(EscalationKind).flatmap(
     lambda kind: arguments[kind].map(lambda arg: (kind, arg))

@@ -212,7 +212,39 @@ GOLDEN: dict[str, Expected] = {
         settled=True,
         escalations=("all-unknown:1", "give-up"),
     ),
+    "progress-free-then-no-progress-hold.jsonl": Expected(
+        state=State.HELD,
+        cause=CauseKind.HELD,
+        submission=3,
+        history=(
+            (State.RECOVERING, CauseKind.PREEMPTED),
+            (State.RECOVERING, CauseKind.PREEMPTED),
+            (State.HELD, CauseKind.HELD),
+        ),
+        objects=tuple(
+            _obj("c1", str(99 + n), n, ObjectPhase.ENDED, kind=CauseKind.PREEMPTED)
+            for n in (1, 2, 3)
+        ),
+        escalations=("no-progress:2",),
+    ),
 }
+
+
+def test_progress_golden_record_keeps_its_budget_arithmetic() -> None:
+    """Issue 14: the first recovery followed progress and spent nothing; the next two
+    executions published nothing, the second of them held the job (max_without_progress 2)."""
+    job = fold(written(_read("progress-free-then-no-progress-hold.jsonl")), NOW)
+    assert [r.free for r in job.recoveries] == [True, False]
+    assert job.spent(0) == 1
+    assert [(f.step, f.advanced, f.without_progress) for f in job.progress] == [
+        (100, True, 0),
+        (100, False, 1),
+        (100, False, 2),
+    ]
+    assert (job.plan.rules[0].free_if_progress, job.plan.rules[0].max_without_progress) == (
+        True,
+        2,
+    )
 
 
 def test_every_golden_file_has_an_expected_status() -> None:
