@@ -999,11 +999,16 @@ def _launches(p: _Pass) -> None:
     last = attempts[-1] if attempts else None
     if any(a.outcome is LaunchOutcome.UNKNOWN for a in attempts):
         # relaunch: the next attempt once the last one came back unknown (not while one is
-        # in flight: its detail is empty until ``LaunchUnknown``), or was refused or closed.
+        # in flight: its detail is empty until ``LaunchUnknown``, or says it was started
+        # again by :func:`_resume_launches`, whose start answers for it), or was refused or
+        # closed. A resumed attempt relaunched would run beside the object its start makes.
         if (
             job.spec.on_unknown_launch is UnknownLaunchPolicy.RELAUNCH
             and last is not None
-            and (last.outcome is not LaunchOutcome.UNKNOWN or last.detail)
+            and (
+                last.outcome is not LaunchOutcome.UNKNOWN
+                or (last.detail and not last.detail.startswith(_RESUMED))
+            )
             and len(attempts) < job.spec.max_launch_attempts
         ):
             _launch(p)

@@ -167,6 +167,35 @@ def test_planning_again_after_a_resume_gives_nothing_new() -> None:
     assert [s for s in again.steps if not isinstance(s, Deliver)] == []
 
 
+def test_under_policy_relaunch_a_resume_in_flight_is_not_relaunched_beside() -> None:
+    """Found by the planner's idempotence property: the resume commits ``LaunchUnknown``
+    (started again), and policy ``relaunch`` took that for a start that came back unknown,
+    so planning again launched attempt 2 while attempt 1's resumed start could still make
+    its object: two objects for one submission. A resumed attempt is answered by its own
+    start; only that answer (unknown, refused) lets ``relaunch`` go on."""
+    spec = JobSpec(cluster=CLUSTER, on_unknown_launch=UnknownLaunchPolicy.RELAUNCH)
+    sim = Sim(rule(CauseKind.PREEMPTED), declarations=IDEMPOTENT, spec=spec)
+    sim.launch_answer = "lost"
+    sim.step()
+    sim.tick(RESUME_INTERVAL_S)
+    p = sim.plan()
+    assert [(s.attempt, s.resume) for s in actions(p, Launch)] == [(1, True)]
+    sim.record.append(decisions(p))
+    sim.record.append(facts(p, sim.now))  # the resumed start has not answered
+    again = next_steps(sim.job, sim.discovery(), sim.declarations, sim.now)
+    assert [s for s in again.steps if not isinstance(s, Deliver)] == []
+
+    # Once the resumed start answers unknown after all, relaunch goes on with attempt 2.
+    sim = Sim(rule(CauseKind.PREEMPTED), declarations=IDEMPOTENT, spec=spec)
+    sim.launch_answer = "lost"
+    sim.step()
+    sim.tick(RESUME_INTERVAL_S)
+    sim.launch_answer = "unknown"
+    assert [(s.attempt, s.resume) for s in actions(sim.step(), Launch)] == [(1, True)]
+    sim.launch_answer = "recorded"
+    assert [(s.attempt, s.resume) for s in actions(sim.step(), Launch)] == [(2, False)]
+
+
 def test_a_relaunch_policy_launches_the_next_attempt_and_leaves_the_earlier_unmatched() -> None:
     """Policy ``relaunch`` after an unknown answer launches attempt 2 (seed 002); starting
     attempt 1 again would make a duplicate of it, so it stays ``unmatched:1/1`` for a person
