@@ -53,6 +53,13 @@ class SupervisorMetrics:
             ("kind",),
             registry=registry,
         )
+        self.recoveries = Counter(
+            "dispatch_supervisor_recoveries",
+            "Submissions opened by a recovery rule, by the cause kind that ended the "
+            "execution before (preempted, node-lost, time-limit, ...).",
+            ("cause",),
+            registry=registry,
+        )
         self.delivered = Counter(
             "dispatch_supervisor_escalations_delivered",
             "Escalations delivered in-process, by result (ok or error).",

@@ -88,6 +88,8 @@ from dispatch_core import (
     StartUnreachable,
     Status,
     Stop,
+    SubmissionOpened,
+    SubmissionWhy,
     WriterKind,
     cessation_observed,
     conclude,
@@ -380,6 +382,14 @@ class PassExecutor:
                     if isinstance(step.event, EscalationCommitted):
                         kind = escalation_kind(step.event.id)
                         self._metrics.escalations.labels(kind or "other").inc()
+                    elif (
+                        isinstance(step.event, SubmissionOpened)
+                        and step.event.why is SubmissionWhy.RECOVERY
+                    ):
+                        cause = step.event.cause
+                        self._metrics.recoveries.labels(
+                            "unknown" if cause is None else cause.kind
+                        ).inc()
                 case Stop():
                     retry |= not await self._stop(job_id, backend, step)
                 case OpenGate():

@@ -150,7 +150,7 @@ def test_the_dashboard_covers_what_an_operator_watches() -> None:
     }
     wanted = {
         "Jobs by state": "dispatch_supervisor_jobs",
-        "Launches and recoveries by outcome": "dispatch_supervisor_launches_total",
+        "Launches by outcome; recoveries by cause": "dispatch_supervisor_launches_total",
         "Escalations undelivered": "dispatch_notifier_undelivered",
         "Oldest undelivered escalation": "dispatch_notifier_oldest_undelivered_age_seconds",
         "Pass latency": "dispatch_supervisor_pass_duration_seconds_bucket",
@@ -160,3 +160,5 @@ def test_the_dashboard_covers_what_an_operator_watches() -> None:
     }
     for title, metric in wanted.items():
         assert metric in metric_names(panels[title]), title
+    recoveries = panels["Launches by outcome; recoveries by cause"]
+    assert "dispatch_supervisor_recoveries_total" in metric_names(recoveries)

@@ -48,6 +48,7 @@ from services.supervisor.metrics import SupervisorMetrics
 from services.supervisor.passes import PassExecutor
 from services.supervisor.ports import DeliverFn
 from tests.contract.record_fake import FakeRecordStream, FaultyStore
+from tests.unit.core.helpers import rule
 from tests.unit.supervisor.fakes import FakeBackend, FakeLatest
 from tests.util import writer_of
 
@@ -74,6 +75,7 @@ class Installation:
         deliver: DeliverFn | None = None,
         writer: str | None = None,
         launch_retry_s: float = 30.0,
+        registry: CollectorRegistry | None = None,
     ) -> PassExecutor:
         return PassExecutor(
             launch_retry_s=launch_retry_s,
@@ -81,19 +83,19 @@ class Installation:
             discoveries=self.discoveries,
             statuses=self.statuses,
             backends={CLUSTER: self.backend},
-            metrics=SupervisorMetrics(CollectorRegistry()),
+            metrics=SupervisorMetrics(registry or CollectorRegistry()),
             deliver=deliver,
             writer=writer,
         )
 
-    def submit(self, job_id: str = JOB) -> None:
+    def submit(self, job_id: str = JOB, policy: RecoveryPolicy | None = None) -> None:
         events = decide(
             None,
             Submit(
                 by=ALICE,
                 job_id=job_id,
                 spec=JobSpec(cluster=CLUSTER, command=("train",)),
-                policy=RecoveryPolicy(),
+                policy=policy or RecoveryPolicy(),
                 declarations=self.backend.declarations(),
             ),
             datetime.now(UTC),
@@ -213,6 +215,23 @@ async def test_a_refused_launch_asks_for_a_follow_up_pass() -> None:
     second = await ex.run_pass(JOB)
     assert not second.follow_up
     assert [launch.attempt for launch in inst.backend.started] == [2]
+
+
+async def test_a_recovery_is_counted_by_the_cause_that_ended_the_execution() -> None:
+    """``dispatch_supervisor_recoveries_total{cause}`` (the dashboard's recoveries by cause,
+    issue 16): one per submission a recovery rule opens, labelled with the cause kind."""
+    inst = Installation()
+    inst.submit(policy=RecoveryPolicy(rules=(rule(CauseKind.PREEMPTED, budget=2),)))
+    registry = CollectorRegistry()
+    ex = inst.executor(registry=registry)
+    await ex.run_pass(JOB)
+    preempted = Cause(kind=CauseKind.PREEMPTED, provenance=Provenance.SCHEDULER, detail="")
+    await inst.show(_obj("1", ObjectPhase.ENDED, cause=preempted))
+    while (await ex.run_pass(JOB)).follow_up:
+        pass
+    sample = "dispatch_supervisor_recoveries_total"
+    assert registry.get_sample_value(sample, {"cause": "preempted"}) == 1.0
+    assert [launch.submission for launch in inst.backend.started] == [1, 2]
 
 
 async def test_an_unreachable_start_is_tried_again_then_recorded_unknown() -> None:
