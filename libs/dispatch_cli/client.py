@@ -85,6 +85,11 @@ class JobSummary(msgspec.Struct, frozen=True, kw_only=True):
     """When the job was created (None: unknown)."""
     checkpoint: str | None = None
     """``spec.checkpoint``, the job's checkpoint root (None: none or unknown)."""
+    published_step: int | None = None
+    """The latest step published under the root, as the cluster's observer last read it
+    (None: not read yet, nothing published, or an older API)."""
+    published_at: UtcDatetime | None = None
+    """When the observer read ``published_step``."""
 
 
 class UnreadableJob(msgspec.Struct, frozen=True, kw_only=True):

@@ -49,8 +49,9 @@ class JobRow(msgspec.Struct, frozen=True, kw_only=True):
         cluster: ``spec.cluster`` (None: the record has no ``job.created`` yet).
         created: when the job was created.
         checkpoint_root: ``spec.checkpoint``, with ``{job}`` expanded.
-        latest_checkpoint: the latest published step (``"step 500"``), ``"none"`` when
-            nothing is published, ``"s3"`` for a root not read, None when unknown.
+        latest_checkpoint: the latest published step (``"step 500"``): as the cluster's
+            observer last read it, else read here from a root this machine sees; ``"none"``
+            when nothing is published, ``"s3"`` for a root not read, None when unknown.
     """
 
     job: JobSummary
@@ -99,12 +100,16 @@ def latest_checkpoint(root: str | None) -> str | None:
 
 def _row(job: JobSummary, *, checkpoints: bool) -> JobRow:
     root = job.checkpoint
+    if job.published_step is not None:  # read by the cluster's observer: any root, S3 too
+        latest: str | None = f"step {job.published_step}"
+    else:
+        latest = latest_checkpoint(root) if checkpoints else None
     return JobRow(
         job=job,
         cluster=job.cluster,
         created=job.created_at,
         checkpoint_root=root,
-        latest_checkpoint=latest_checkpoint(root) if checkpoints else None,
+        latest_checkpoint=latest,
     )
 
 

@@ -295,6 +295,9 @@ class JobSummary(msgspec.Struct, frozen=True, kw_only=True):
         cluster: ``spec.cluster`` (None: not known, e.g. the record can't be read).
         created_at: when the job was created (None: not known).
         checkpoint: ``spec.checkpoint``, the job's checkpoint root (None: none or unknown).
+        published_step, published_at: the latest step published under the root as the
+            cluster's observer last read it, and when it read it (issue 14; None: not read
+            yet, or nothing published).
     """
 
     job_id: str
@@ -311,6 +314,8 @@ class JobSummary(msgspec.Struct, frozen=True, kw_only=True):
     cluster: str | None = None
     created_at: UtcDatetime | None = None
     checkpoint: str | None = None
+    published_step: int | None = None
+    published_at: UtcDatetime | None = None
 
     @classmethod
     def of(cls, status: Status, *, unreadable: bool = False) -> JobSummary:
@@ -327,6 +332,8 @@ class JobSummary(msgspec.Struct, frozen=True, kw_only=True):
             supersedes=status.supersedes,
             superseded_by=status.superseded_by,
             unreadable=unreadable,
+            published_step=status.published_step,
+            published_at=status.published_at,
         )
 
 

@@ -146,6 +146,8 @@ async def test_the_listing_uses_published_statuses_and_projects_the_rest(api: Ap
         "cluster",  # from the record's job.created (test_api_listing)
         "created_at",
         "checkpoint",
+        "published_step",  # as the cluster's observer last read pub/ (issue 14)
+        "published_at",
     }
     assert not any(j["unreadable"] for j in reply.body["jobs"])
 

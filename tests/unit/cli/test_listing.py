@@ -137,6 +137,18 @@ def test_an_api_without_the_facts_lists_rows_with_unknown_cluster_and_age() -> N
     assert page.next_after is None
 
 
+def test_the_step_the_observer_read_is_shown_for_any_root_s3_too() -> None:
+    """The cluster's observer reads ``pub/`` where the storage is (issue 14): its step is
+    shown even for an S3 root or a path this machine doesn't see."""
+    heads = (
+        _head("p-1", checkpoint="s3://b/p-1", published_step=900, published_at=T0),
+        _head("p-2", checkpoint="/not/here/p-2", published_step=20, published_at=T0),
+        _head("p-3", checkpoint="s3://b/p-3"),
+    )
+    page = jobs_page(_Listing(JobList(jobs=heads)), checkpoints=True)
+    assert [r.latest_checkpoint for r in page.jobs] == ["step 900", "step 20", "s3"]
+
+
 def test_the_client_sends_offset_only_when_asked() -> None:
     api = _Listing(JobList(jobs=()))
     api.jobs(offset=100, limit=10)
