@@ -31,9 +31,10 @@ from prometheus_client import CollectorRegistry
 
 from dispatch_backends import OUTPUT_CHUNK_LIMIT, OutputStream
 from dispatch_core import DecodeError, DispatchError, Status, decode, encode, is_job_id
-from dispatch_nats import LatestEntry, LatestFeed, NatsStoreError, PayloadTooLarge
+from dispatch_nats import LatestEntry, NatsStoreError, PayloadTooLarge
 from services.api.auth import Authenticator
 from services.api.errors import ApiError, BadRequest, NotFound, StoreDown, UnreadableRecord
+from services.api.feeds import pump_feed
 from services.api.jobindex import parse_listing
 from services.api.metrics import ApiMetrics
 from services.api.openapi import IDEMPOTENCY_KEY_PATTERN, build_openapi
@@ -330,19 +331,6 @@ def _sse(status_json: bytes, seq: int | None) -> bytes:
     return head + b"data: " + status_json + b"\n\n"
 
 
-async def _pump(feed: LatestFeed, queue: asyncio.Queue[LatestEntry | None]) -> None:
-    """Move the feed's entries into ``queue``; None when it ends (the stream then ends: a
-    client reconnects with ``Last-Event-ID``)."""
-    try:
-        async for entry in feed:
-            await queue.put(entry)
-    except NatsStoreError as err:
-        log.warning("stream.feed_failed", extra={"error": str(err)})
-    finally:
-        with contextlib.suppress(asyncio.QueueFull):
-            queue.put_nowait(None)
-
-
 async def _stream(request: web.Request) -> web.StreamResponse:
     """SSE of the job's Status: the current one, then every change, in order."""
     request.app[_AUTH].authenticate(request.headers.get("Authorization"))
@@ -369,7 +357,7 @@ async def _stream(request: web.Request) -> web.StreamResponse:
     try:
         async with ops.watch(job_id) as feed:
             await response.prepare(request)
-            pump = asyncio.create_task(_pump(feed, queue))
+            pump = asyncio.create_task(pump_feed(feed, queue, what="stream"))
             try:
                 await _serve_stream(request, response, queue, job_id, last_id, heartbeat_s)
             finally:

@@ -33,9 +33,10 @@ from dispatch_core import (
     is_job_id,
     make_plan,
 )
-from dispatch_nats import LatestEntry, NatsStoreError
+from dispatch_nats import LatestEntry
 from services.api.auth import Authenticator
 from services.api.errors import ApiError, BadRequest, NotFound, UnreadableRecord
+from services.api.feeds import pump_feed
 from services.api.jobindex import parse_listing
 from services.api.operations import Operations
 from services.api.schemas import (
@@ -306,17 +307,6 @@ async def _preview(request: web.Request) -> web.Response:
 # --------------------------------------------------------------------------------- SSE
 
 
-async def _pump(feed: Any, queue: asyncio.Queue[LatestEntry | None]) -> None:
-    try:
-        async for entry in feed:
-            await queue.put(entry)
-    except NatsStoreError as err:
-        log.warning("web.changes_feed_failed", extra={"error": str(err)})
-    finally:
-        with contextlib.suppress(asyncio.QueueFull):
-            queue.put_nowait(None)
-
-
 async def _changes(request: web.Request) -> web.StreamResponse:
     """SSE (``event: job``) of each job's Status head (:class:`JobSummary`) as it changes."""
     _actor(request)
@@ -335,7 +325,7 @@ async def _changes(request: web.Request) -> web.StreamResponse:
         async with ops.watch_changes() as feed:
             await response.prepare(request)
             await response.write(b": live\n\n")
-            pump = asyncio.create_task(_pump(feed, queue))
+            pump = asyncio.create_task(pump_feed(feed, queue, what="web.changes"))
             try:
                 while True:
                     transport = request.transport
