@@ -319,6 +319,21 @@ class _Child:
             self.proc.wait()
 
 
+_TERMINAL_LABELS: Final = ("ESCALATION ", "NOTICE ")
+
+
+def terminal_line(line: str) -> str:
+    """What ``up`` prints for one line of the notifier's terminal channel.
+
+    The channel starts each line with what it is (``ESCALATION`` or ``NOTICE``: a held notice
+    is not an escalation, and ``dispatch escalations`` doesn't list it); a line without a label
+    (an older notifier's) was an escalation.
+    """
+    if line.startswith(_TERMINAL_LABELS):
+        return line
+    return f"ESCALATION {line}"
+
+
 class _Tailer(threading.Thread):
     """Follow files and hand each new whole line to a callback (escalations, ``--verbose``)."""
 
@@ -777,7 +792,7 @@ class Embedded:
     def _emit(self, label: str, line: str) -> None:
         with self._tail_lock:
             if label == "escalation":
-                self.say(f"ESCALATION {line}")
+                self.say(terminal_line(line))
             else:
                 self.say(f"[{label}] {line}")
 

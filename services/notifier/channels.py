@@ -73,10 +73,24 @@ class Notice(msgspec.Struct, frozen=True, kw_only=True):
     """When it was committed."""
     severity: Severity
     link: str | None = None
-    """The job in dispatch's API, when its URL is configured."""
+    """The job in dispatch's JSON API (``<api>/v1/jobs/<job>``), when its URL is configured:
+    for programs (the webhook's ``link``); a browser gets 401 there."""
     kind: NoticeKind = "escalation"
     """``escalation`` (in the record, answered by its id) or ``notice`` (a status change the
     on-call is told of, e.g. ``held:<instance>``; nothing is recorded)."""
+    page: str | None = None
+    """The job on the API's web page (``<api>/#/job/<job>``), when its URL is configured: the
+    link people are given."""
+
+    @property
+    def label(self) -> str:
+        """``ESCALATION`` or ``NOTICE``: what a person reading one line is told it is."""
+        return "NOTICE" if self.kind == "notice" else "ESCALATION"
+
+    @property
+    def open_link(self) -> str | None:
+        """The link a person follows: the web page, else the API URL."""
+        return self.page or self.link
 
     @property
     def key(self) -> str:
@@ -113,6 +127,8 @@ class WebhookBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     link: str | None = None
     kind: NoticeKind = "escalation"
     """Omitted for an escalation; ``notice`` for a notice that is not one (``held:*``)."""
+    page: str | None = None
+    """The job on the API's web page, for a person (``link`` stays the JSON API URL)."""
 
 
 class Channel(Protocol):
@@ -219,6 +235,7 @@ class WebhookChannel:
                 key=notice.key,
                 link=notice.link,
                 kind=notice.kind,
+                page=notice.page,
             )
         )
 
@@ -257,7 +274,7 @@ class SlackChannel:
         job = _slack_escape(notice.job_id)
         detail = _slack_escape(notice.detail)
         title = f"dispatch job *{job}*: `{_slack_escape(notice.id)}` ({notice.severity})"
-        link = f" <{notice.link}|open>" if notice.link else ""
+        link = f" <{notice.open_link}|open>" if notice.open_link else ""
         text = f"{title}\n{detail}{link}"
         out: dict[str, object] = {"text": text}
         if self._spec.blocks:
@@ -321,8 +338,8 @@ class EmailChannel:
             f"Severity:  {notice.severity}",
             f"Committed: {notice.at.isoformat()}",
         ]
-        if notice.link:
-            lines.append(f"Job:       {notice.link}")
+        if notice.open_link:
+            lines.append(f"Job:       {notice.open_link}")
         if notice.hint:
             lines += ["", notice.hint]
         lines += ["", f"Escalation key: {notice.key}"]
@@ -390,10 +407,11 @@ class TerminalChannel:
         return self._name
 
     def line(self, notice: Notice) -> str:
-        """The line written for ``notice``."""
-        parts = [notice.at.isoformat(), notice.headline()]
-        if notice.link:
-            parts.append(f"({notice.link})")
+        """The line written for ``notice``: its label (``ESCALATION``/``NOTICE``) first, so a
+        reader of the terminal or the log (``dispatch up``) knows which it is."""
+        parts = [notice.label, notice.at.isoformat(), notice.headline()]
+        if notice.open_link:
+            parts.append(f"({notice.open_link})")
         return " ".join(parts)
 
     async def send(self, notice: Notice) -> None:

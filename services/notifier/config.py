@@ -92,7 +92,8 @@ class NotifierConfig(NatsSettings, frozen=True, kw_only=True, forbid_unknown_fie
     """How often the undelivered-escalations gauges are refreshed from the records."""
 
     api_url: str = ""
-    """Base URL of dispatch's API; when set, notices link to ``<api_url>/v1/jobs/<job>``."""
+    """Base URL of dispatch's API; when set, notices link to the job's web page
+    ``<api_url>/#/job/<job>`` (the webhook also carries ``<api_url>/v1/jobs/<job>``)."""
     http_timeout_s: Seconds = 10.0
     """Timeout of one webhook or Slack POST."""
     webhook_url: str = ""

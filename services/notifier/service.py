@@ -558,7 +558,7 @@ class Notifier:
             jlog.info("held.not_in_force", extra={"record_seq": job.seq})
             return None
         names = self._router.channels_for(notice_id)
-        link = f"{self._cfg.api_url.rstrip('/')}/v1/jobs/{job_id}" if self._cfg.api_url else None
+        link, page = self._links(job_id)
         notice = Notice(
             job_id=job_id,
             id=notice_id,
@@ -567,6 +567,7 @@ class Notifier:
             severity=self._router.severity_of(notice_id),
             link=link,
             kind="notice",
+            page=page,
         )
         accepted = self._accepted.setdefault(key, set())
         pending = [n for n in names if n not in accepted]
@@ -590,8 +591,15 @@ class Notifier:
         self._accepted.pop(key, None)
         self._undelivered.delivered(*key)
 
+    def _links(self, job_id: str) -> tuple[str | None, str | None]:
+        """The job's JSON API URL and its web page (``<api>/#/job/<job>``), if configured."""
+        if not self._cfg.api_url:
+            return None, None
+        api = self._cfg.api_url.rstrip("/")
+        return f"{api}/v1/jobs/{job_id}", f"{api}/#/job/{job_id}"
+
     def _notice(self, job_id: str, esc: Escalation) -> Notice:
-        link = f"{self._cfg.api_url.rstrip('/')}/v1/jobs/{job_id}" if self._cfg.api_url else None
+        link, page = self._links(job_id)
         return Notice(
             job_id=job_id,
             id=esc.id,
@@ -599,6 +607,7 @@ class Notifier:
             at=esc.at,
             severity=self._router.severity_of(esc.id),
             link=link,
+            page=page,
         )
 
     async def _attempt(
@@ -661,6 +670,10 @@ class Notifier:
         return None if loaded is None else loaded.job
 
 
+_REASON: Final = '--reason "..."'
+"""Every printed answer carries it: the CLI requires a reason, so the line can be copied."""
+
+
 def _held_detail(job_id: str, hold: Hold) -> str:
     """What the on-call reads of a hold: whose, why, until when, and how to answer it."""
     if hold.kind is HoldKind.RECOVERY:
@@ -670,12 +683,12 @@ def _held_detail(job_id: str, hold: Hold) -> str:
             ended = f" after an execution ended {hold.cause.kind}{words}"
         what = f"held by a recovery rule{ended}: {hold.reason}"
         answer = (
-            f"dispatch resubmit {job_id}, dispatch cancel {job_id} or dispatch give-up {job_id} "
-            "(release can't lift a recovery hold)"
+            f"dispatch resubmit {job_id} {_REASON}, dispatch cancel {job_id} {_REASON} or "
+            f"dispatch give-up {job_id} {_REASON} (release can't lift a recovery hold)"
         )
     else:
         what = f"held by {hold.by.name}: {hold.reason}"
-        answer = f"dispatch release {job_id} (or cancel it)"
+        answer = f"dispatch release {job_id} {_REASON} (or dispatch cancel {job_id} {_REASON})"
     return (
         f"job {job_id} is {what}; it waits for a person (overdue at "
         f"{hold.deadline.isoformat()}). Answer: {answer}"

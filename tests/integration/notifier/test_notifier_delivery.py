@@ -74,6 +74,7 @@ async def test_webhook_delivery_is_recorded(
     assert body["severity"] == "critical"
     assert body["key"] == f"{job}:failed:preempted"
     assert body["link"] == f"http://api.test:8080/v1/jobs/{job}"
+    assert body["page"] == f"http://api.test:8080/#/job/{job}"  # the web page, for people
     esc = (await read_job(store, job)).escalations[0]
     assert datetime.fromisoformat(body["at"]) == esc.at
 
