@@ -176,11 +176,31 @@ def _count(where: str, line: str, value: str) -> int:
     return int(value)
 
 
+def _known() -> str:
+    """The directives a ``#DISPATCH`` line may start with, for an unknown one's message."""
+    return ", ".join(
+        [a.value for a in Action]
+        + [f"{k}=" for k in _SETTINGS]
+        + ["free-if-progress", "max-without-progress="]
+    )
+
+
 def _pairs(where: str, line: str, words: Sequence[str]) -> list[tuple[str, str]]:
     pairs: list[tuple[str, str]] = []
     seen: set[str] = set()
     for word in words:
         key, eq, value = word.partition("=")
+        if not eq and pairs:
+            # ``for=12 hours``: the line was split at the space, so the value's rest stands
+            # alone; say so rather than that the stray word isn't a setting.
+            last, last_value = pairs[-1]
+            spaced = f"{last_value} {word}"
+            raise _fail(
+                where,
+                line,
+                f"{last}={spaced}: a value with spaces must be quoted "
+                f'({last}="{spaced}") or have none',
+            )
         if not eq or not key:
             raise _fail(where, line, f"{word!r} is not KEY=VALUE")
         if key in seen:
@@ -258,6 +278,8 @@ def parse_directives(
         if action is not None:
             rules.append(_rule(where, line, action, _pairs(where, line, words[1:])))
             continue
+        if "=" not in head and head not in (*_SETTINGS, "max-without-progress"):
+            raise _fail(where, line, f"unknown directive {head!r} (known: {_known()})")
         for key, value in _pairs(where, line, words):
             if key == "max-without-progress":
                 if without_progress is not None:
@@ -265,13 +287,7 @@ def parse_directives(
                 without_progress = (where, _count(where, line, value))
                 continue
             if key not in _SETTINGS:
-                actions = ", ".join(a.value for a in Action)
-                raise _fail(
-                    where,
-                    line,
-                    f"unknown directive {key!r} (a rule: {actions}; or checkpoint=, "
-                    "cluster=, free-if-progress, max-without-progress=)",
-                )
+                raise _fail(where, line, f"unknown directive {key!r} (known: {_known()})")
             if key in settings:
                 raise _fail(where, line, f"{key}= was already given")
             if not value:
