@@ -158,7 +158,10 @@ def age_text(created: datetime | None, now: datetime) -> str:
 
 
 def rows_table(rows: Sequence[JobRow], now: datetime) -> str:
-    """The jobs table: JOB STATE CAUSE CLUSTER AGE CHECKPOINT SUB HOLD SETTLED."""
+    """The jobs table: JOB STATE CAUSE CLUSTER AGE CHECKPOINT SUB HOLD SETTLED SUPERSEDED.
+
+    ``SUPERSEDED`` names the job that superseded this one (``-``: none), under its own header.
+    """
     lines = []
     for row in rows:
         job = row.job
@@ -177,11 +180,11 @@ def rows_table(rows: Sequence[JobRow], now: datetime) -> str:
                 "-" if job.submission is None else str(job.submission),
                 hold_brief(job.hold),
                 "yes" if job.settled else "no",
-                f"superseded by {job.superseded_by}" if job.superseded_by else "",
+                job.superseded_by or "-",
             ]
         )
     headers = ["JOB", "STATE", "CAUSE", "CLUSTER", "AGE", "CHECKPOINT", "SUB", "HOLD", "SETTLED"]
-    return table([*headers, ""], lines)
+    return table([*headers, "SUPERSEDED"], lines)
 
 
 def unreadable_lines(unreadable: Sequence[UnreadableJob]) -> list[str]:

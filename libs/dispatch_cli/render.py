@@ -245,7 +245,7 @@ def history_omitted_line(job_id: str, omitted: int, shown: int) -> str:
 
 
 def jobs_table(jobs: Sequence[JobSummary]) -> str:
-    """``dispatch status``: one row per job."""
+    """``dispatch status``: one row per job; ``SUPERSEDED`` names the job's successor."""
     rows = []
     for job in jobs:
         hold = "-" if job.hold is None else _hold_brief(job.hold)
@@ -257,10 +257,10 @@ def jobs_table(jobs: Sequence[JobSummary]) -> str:
                 "-" if job.submission is None else str(job.submission),
                 hold,
                 "yes" if job.settled else "no",
-                f"superseded by {job.superseded_by}" if job.superseded_by else "",
+                job.superseded_by or "-",
             ]
         )
-    return table(["JOB", "STATE", "CAUSE", "SUB", "HOLD", "SETTLED", ""], rows)
+    return table(["JOB", "STATE", "CAUSE", "SUB", "HOLD", "SETTLED", "SUPERSEDED"], rows)
 
 
 def answer_hint(

@@ -606,6 +606,7 @@ def test_status_lists_cluster_age_and_checkpoint_filtered_and_a_page_at_a_time(
         lines = first.out.splitlines()
         assert lines[0].split() == [
             "JOB", "STATE", "CAUSE", "CLUSTER", "AGE", "CHECKPOINT", "SUB", "HOLD", "SETTLED",
+            "SUPERSEDED",
         ]  # fmt: skip
         rows = [line.split() for line in lines[1:-1]]
         assert [r[0] for r in rows] == ["zzpage-1", "zzpage-2"], first.out

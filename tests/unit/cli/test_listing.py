@@ -65,11 +65,30 @@ def test_the_table_keeps_job_state_cause_first_and_adds_cluster_age_checkpoint()
     lines = rows_table([row, bare], T0 + timedelta(minutes=90)).splitlines()
     assert lines[0].split() == [
         "JOB", "STATE", "CAUSE", "CLUSTER", "AGE", "CHECKPOINT", "SUB", "HOLD", "SETTLED",
+        "SUPERSEDED",
     ]  # fmt: skip
     assert lines[1].split() == [
         "digits-k3x9ab2c", "running", "preempted", "slurm", "1h", "step", "500", "2", "-", "no",
+        "-",
     ]  # fmt: skip
-    assert lines[2].split() == ["new-1", "pending", "none", "-", "-", "-", "-", "-", "no"]
+    assert lines[2].split() == ["new-1", "pending", "none", "-", "-", "-", "-", "-", "no", "-"]
+
+
+def test_a_superseded_job_names_its_successor_under_a_header_of_its_own() -> None:
+    old = JobSummary(
+        job_id="old-1",
+        state=State.FAILED,
+        cause=Cause(kind=CauseKind.PREEMPTED, provenance=Provenance.SCHEDULER),
+        at=T0,
+        seq=9,
+        settled=True,
+        superseded_by="new-2",
+    )
+    lines = rows_table([JobRow(job=old)], T0).splitlines()
+    headers, row = lines[0].split(), lines[1].split()
+    assert len(headers) == len(row), lines
+    assert dict(zip(headers, row, strict=True))["SUPERSEDED"] == "new-2"
+    assert dict(zip(headers, row, strict=True))["SETTLED"] == "yes"
 
 
 class _Listing(ApiClient):

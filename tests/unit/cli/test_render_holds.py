@@ -153,6 +153,22 @@ def test_the_jobs_table_names_the_cause_that_ended_a_held_job() -> None:
     assert table[2].split()[:5] == ["b", "held", "held", "1", "actor"]
 
 
+def test_dispatch_status_puts_the_successor_under_its_own_header() -> None:
+    row = JobSummary(
+        job_id="old",
+        state=State.FAILED,
+        cause=Cause(kind=CauseKind.PREEMPTED, provenance=Provenance.SCHEDULER),
+        at=T0,
+        seq=9,
+        settled=True,
+        superseded_by="new",
+    )
+    header, line = jobs_table([row]).splitlines()
+    assert header.split()[-1] == "SUPERSEDED"
+    assert line.split()[-1] == "new"
+    assert line.index("new") == header.index("SUPERSEDED")
+
+
 def _watch(statuses: list[Status]) -> list[str]:
     lines: list[str] = []
     done = Status(
