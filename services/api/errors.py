@@ -89,6 +89,22 @@ class RefusedCommand(ApiError):
     default_code: ClassVar[str] = "refused"
 
 
+class IdempotencyKeyReused(ApiError):
+    """An ``Idempotency-Key`` given again with a request that differs from the one it first
+    committed: answering the first one's result would hide that the new one was never done."""
+
+    status: ClassVar[int] = 409
+    default_code: ClassVar[str] = "idempotency-key-reused"
+
+    def __init__(self, key: str, job_id: str, command: str) -> None:
+        super().__init__(
+            f"Idempotency-Key {key!r} was first used for a different {command} of job "
+            f"{job_id!r}; a retry must repeat the same request (use a new key for a new one)",
+            field="Idempotency-Key",
+        )
+        self.key = key
+
+
 class UnreadableRecord(ApiError):
     """The job's record holds an event that can't be read: it does not decode, or its writer
     may not write it (issue 10, "Poison contained"). Only this job's reads and commands

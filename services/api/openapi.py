@@ -138,7 +138,9 @@ _IDEMPOTENCY_PARAM: Final = {
     "description": (
         "Makes a retried request safe: a request with the same key (from the same actor, for "
         "the same job and command) is answered from the first one's commit, never decided "
-        "twice."
+        "twice. A request that differs from the first one under its key (another spec or "
+        "policy; another command field) is 409 `idempotency-key-reused`, naming the key: "
+        "nothing is done."
     ),
     "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN},
 }
@@ -163,7 +165,10 @@ def _paths() -> dict[str, Any]:
                         "(`invalid-policy`); `field` names the place."
                     ),
                     "401": _UNAUTHORIZED,
-                    "409": _error("The job id is taken (`refused`)."),
+                    "409": _error(
+                        "The job id is taken (`refused`), or the Idempotency-Key was first "
+                        "used for a different request (`idempotency-key-reused`)."
+                    ),
                     "503": _UNAVAILABLE,
                     "default": _DEFAULT,
                 },
@@ -476,7 +481,11 @@ def _paths() -> dict[str, Any]:
             "400": _error("Malformed body; `field` names it."),
             "401": _UNAUTHORIZED,
             "404": _error("No such job."),
-            "409": _error("Refused by the record (`refused`): the message is the core's reason."),
+            "409": _error(
+                "Refused by the record (`refused`): the message is the core's reason; or the "
+                "Idempotency-Key was first used for a different request "
+                "(`idempotency-key-reused`)."
+            ),
             "422": _UNREADABLE,
             "503": _UNAVAILABLE,
             "default": _DEFAULT,

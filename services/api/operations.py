@@ -80,6 +80,7 @@ from services.api.errors import (
     BadRequest,
     Busy,
     Forbidden,
+    IdempotencyKeyReused,
     NotFound,
     RefusedCommand,
     UnreadableRecord,
@@ -118,6 +119,7 @@ MAX_SEQ: Final = 2**53
 _MSG_PREFIX: Final = "api-"
 _OUTCOMES: Final[dict[type[ApiError], str]] = {
     RefusedCommand: "refused",
+    IdempotencyKeyReused: "refused",
     Forbidden: "forbidden",
     BadRequest: "invalid",
     NotFound: "not-found",
@@ -188,6 +190,22 @@ def _reading(job_id: str) -> Iterator[None]:
             "record.unreadable", extra={"job_id": job_id, "seq": err.seq, "error": str(err)}
         )
         raise UnreadableRecord(job_id, err.seq, str(err)) from err
+
+
+def _asked(event: JobEvent) -> object:
+    """What of ``event`` a request decides: all of it, but a ``JobCreated``'s plan and
+    declarations (the backend's, which may change between a request and its retry)."""
+    if isinstance(event, JobCreated):
+        return (
+            event.job_id,
+            event.at,
+            event.spec,
+            event.policy,
+            event.generation,
+            event.supersedes,
+            event.by,
+        )
+    return event
 
 
 def _recorded(stored: StoredEvent) -> RecordedEvent:
@@ -629,6 +647,8 @@ class Operations:
             if not done.events and base not in folded.bases:
                 continue  # a made id that is taken: make another
             if not done.events:
+                assert key is not None  # only a key's base can be in the record already
+                await self._check_replay(job_id, "submit", base, submit, key)
                 entries = await self._records.read(job_id)
                 return SubmitResponse(
                     job_id=job_id,
@@ -756,6 +776,12 @@ class Operations:
             raise NotFound(f"no job {job_id!r}")
         self._check_owner(actor, job_id, name, folded.job.spec.owner)
         if base in folded.bases:
+            assert key is not None  # only a key's base can be in the record already
+            if isinstance(req, SupersedeRequest) and isinstance(command, Supersede):
+                # The id this request names or derives from its key (no read: it has a key).
+                new_id = req.new_job_id or await self._new_job_id(job_id, req, actor, key)
+                command = msgspec.structs.replace(command, new_job_id=new_id)
+            await self._check_replay(job_id, name, base, command, key)
             return await self._replay(job_id, name, base)
         if isinstance(req, SupersedeRequest) and isinstance(command, Supersede):
             if folded.job.superseded_by is not None:
@@ -764,6 +790,8 @@ class Operations:
             command = msgspec.structs.replace(command, new_job_id=new_id)
         folded, done, made = await self._commit(name, job_id, base, command, folded)
         if not done.events:
+            assert key is not None  # only a key's base can be in the record already
+            await self._check_replay(job_id, name, base, command, key)
             return await self._replay(job_id, name, base)
         log.info(
             "command.committed",
@@ -908,6 +936,36 @@ class Operations:
             extra={"job_id": job_id, "new_job_id": superseded.new_job},
         )
         return created
+
+    async def _check_replay(
+        self, job_id: str, name: str, base: str, command: OperatorCommand, key: str
+    ) -> None:
+        """Refuse a retry whose request differs from the one its key first committed.
+
+        The core decides deterministically: the new request, decided against the record as
+        it stood before the first try's events and at their time, gives the events the first
+        try committed exactly when it asks the same (for a submit: the same spec, policy and
+        submitter; the plan and the backend's declarations may have changed since).
+
+        Raises:
+            IdempotencyKeyReused: it gives other events, or is refused there.
+        """
+        with _reading(job_id):
+            stored = await self._repo.events(job_id)
+        first = next((i for i, s in enumerate(stored) if _base_of(s.entry.msg_id) == base), None)
+        if first is None:
+            return
+        recorded = [s.event for s in stored if _base_of(s.entry.msg_id) == base]
+        at = recorded[0].at
+        with _reading(job_id):
+            before = fold([s.item for s in stored[:first]], at) if first else None
+        try:
+            again = decide(before, command, at, job_id=job_id)
+        except (Refused, InvalidPolicy) as err:
+            raise IdempotencyKeyReused(key, job_id, name) from err
+        mine = [e for e in again if e.job_id == job_id]
+        if [_asked(e) for e in mine] != [_asked(e) for e in recorded]:
+            raise IdempotencyKeyReused(key, job_id, name)
 
     async def _replay(self, job_id: str, name: str, base: str) -> CommandResponse:
         """Answer a retried request from the events its first try committed."""

@@ -433,6 +433,35 @@ async def test_a_retried_command_with_an_idempotency_key_commits_once(api: Api) 
     _refused(await api.command(job_id, "hold", headers={"Idempotency-Key": "hold-2"}), "in force")
 
 
+async def test_a_key_reused_with_another_command_body_is_409(api: Api) -> None:
+    """The same key with other fields is another request, not a retry: 409, naming the key;
+    nothing is committed, and the exact retry is still answered from the first commit."""
+    job_id = await _job(api)
+    headers = {"Idempotency-Key": "hold-reused"}
+    first = await api.command(job_id, "hold", headers=headers, reason="checking the data")
+    assert first.status == 200, first.text
+    for fields in ({"reason": "something else"}, {"reason": "checking the data", "for_s": 60}):
+        other = await api.command(job_id, "hold", headers=headers, **fields)
+        assert other.status == 409, other.text
+        assert other.error["code"] == "idempotency-key-reused"
+        assert "hold-reused" in other.error["message"]
+    again = await api.command(job_id, "hold", headers=headers, reason="checking the data")
+    assert (again.status, again.body["replayed"]) == (200, True)
+    assert [type(e) for e in await api.events(job_id)] == [JobCreated, HoldPlaced]
+
+
+async def test_a_supersede_key_reused_with_another_new_job_is_409(api: Api) -> None:
+    job_id = await _job(api)
+    assert (await api.command(job_id, "cancel")).status == 200
+    headers = {"Idempotency-Key": "supersede-reused"}
+    first = await api.command(job_id, "supersede", headers=headers)
+    assert first.status == 201, first.text
+    other = await api.command(job_id, "supersede", headers=headers, new_job_id="another-1")
+    assert other.status == 409, other.text
+    assert other.error["code"] == "idempotency-key-reused"
+    assert not await api.records.last_seq("another-1")
+
+
 async def test_a_retried_supersede_names_the_same_new_job(api: Api) -> None:
     job_id = await _job(api)
     assert (await api.command(job_id, "cancel")).status == 200

@@ -256,6 +256,36 @@ async def test_a_retried_submit_with_an_idempotency_key_creates_one_job(api: Api
     assert other.body["job_id"] != first.body["job_id"]
 
 
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"spec": {**SPEC, "command": ["python", "eval.py"]}},
+        {"spec": SPEC, "policy": HOLD_ON_PREEMPTION},
+    ],
+    ids=["spec", "policy"],
+)
+async def test_a_key_reused_with_another_request_is_409_and_creates_nothing(
+    api: Api, changed: dict[str, Any]
+) -> None:
+    """A retry must repeat its request: a different spec or policy under the key of an earlier
+    submit would otherwise be answered 201 with the first job, and never be done."""
+    headers = {"Idempotency-Key": "submit-reused"}
+    first = await api.call(
+        "POST", "/v1/jobs", body={"spec": SPEC, "name": "reuse"}, headers=headers
+    )
+    assert first.status == 201, first.text
+    other = await api.call("POST", "/v1/jobs", body={**changed, "name": "reuse"}, headers=headers)
+    assert other.status == 409, other.text
+    assert other.error["code"] == "idempotency-key-reused"
+    assert "submit-reused" in other.error["message"]
+    assert await api.records.list_jobs() == [first.body["job_id"]]
+    assert len(await api.events(first.body["job_id"])) == 1
+    again = await api.call(
+        "POST", "/v1/jobs", body={"spec": SPEC, "name": "reuse"}, headers=headers
+    )
+    assert (again.status, again.body["replayed"]) == (201, True)  # the exact retry still is
+
+
 async def test_the_same_key_from_another_actor_is_another_request(api: Api) -> None:
     headers = {"Idempotency-Key": "shared-key"}
     body = {"spec": SPEC}
