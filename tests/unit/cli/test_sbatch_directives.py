@@ -91,16 +91,18 @@ def test_after_the_first_command_sbatch_lines_are_comments_and_dispatch_lines_re
         ("#DISPATCH resubmit preempted", "'preempted' is not KEY=VALUE"),
         (
             "#DISPATCH retry on=preempted",
-            "unknown directive 'retry' (known: resubmit, hold, escalate, restart, requeue, checkpoint=",
+            "unknown directive 'retry' (known: resubmit, hold, escalate, restart, requeue, "
+            "checkpoint=",
         ),
         (
             "#DISPATCH resubmitt on=preempted",
-            "unknown directive 'resubmitt' (known: resubmit, hold, escalate, restart, requeue, checkpoint=",
+            "unknown directive 'resubmitt' (known: resubmit, hold, escalate, restart, requeue, "
+            "checkpoint=",
         ),
         ("#DISPATCH resubmitt on=preempted", "checkpoint="),
         (
             "#DISPATCH hold on=non-zero-exit for=12 hours",
-            "for=12 hours: a value with spaces must be quoted (for=\"12 hours\") or have none",
+            'for=12 hours: a value with spaces must be quoted (for="12 hours") or have none',
         ),
         ("#DISPATCH chekpoint=/ckpt", "unknown directive 'chekpoint'"),
         ("#DISPATCH checkpoint=", "checkpoint= needs a value"),
