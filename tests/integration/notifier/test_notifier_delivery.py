@@ -130,7 +130,7 @@ async def test_slack_payload_shape(
     assert job in text
     assert "`overdue:3`" in text
     assert "&lt;by 2h&gt; &amp; counting" in text  # Slack's escaping of <, > and &
-    assert f"<http://api.test/v1/jobs/{job}|open>" in text
+    assert f"<http://api.test/#/job/{job}|open>" in text
     if blocks:
         kinds = [b["type"] for b in payload["blocks"]]
         assert kinds == ["section", "section", "context"]
@@ -168,7 +168,7 @@ async def test_email_arrives_at_the_smtp_sink(
     body = msg.get_content()
     assert f"dispatch job {job} needs a decision: cleanup-deadline" in body
     assert "still alive: dj-x (local/123)" in body
-    assert f"http://api.test/v1/jobs/{job}" in body
+    assert f"http://api.test/#/job/{job}" in body
     assert f"{job}:cleanup-deadline" in body
     [(_, event)] = await delivered_events(store, job)
     assert event.channel == "email"
@@ -405,7 +405,8 @@ async def test_terminal_channel_when_no_channel_is_configured(
     assert len(lines) == 2
     first = next(line for line in lines if "all-unknown:2" in line)
     assert f"[warning] dispatch job {job}: all-unknown:2: launch 2 unknown for 10 minutes" in first
-    assert f"(http://127.0.0.1:8080/v1/jobs/{job})" in first
+    assert f"(http://127.0.0.1:8080/#/job/{job})" in first
+    assert first.startswith("ESCALATION "), first  # a notice would say NOTICE
     err = capsys.readouterr().err
     assert first in err
     channels = {e.channel for _, e in await delivered_events(store, job)}
