@@ -354,6 +354,9 @@
           clusterSel.append(h("option", { value: c, selected: listState.cluster === c }, c));
         }
       }
+      // A reload (live, or the stream reconnecting) keeps the keyboard's place in the list.
+      const active = document.activeElement;
+      const focused = active && tbody.contains(active) ? active.closest("tr").dataset.job : null;
       shown = new Map();
       tbody.replaceChildren(...page.jobs.map((j) => {
         const tr = h("tr", { "data-job": j.job_id },
@@ -369,6 +372,7 @@
         shown.set(j.job_id, tr);
         return tr;
       }));
+      if (focused && shown.has(focused)) shown.get(focused).querySelector("a").focus();
       const end = Math.min(page.offset + page.jobs.length, page.total);
       info.textContent = page.total === 0 ? "no jobs" :
         (page.offset + 1) + "-" + end + " of " + page.total;
