@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import assert_never
+from typing import Final, assert_never
 
 from dispatch_cli.client import EscalationView, JobSummary
 from dispatch_core import (
@@ -46,6 +46,7 @@ from dispatch_core import (
     Transition,
     parse_escalation_id,
 )
+from dispatch_core import hold_answers as core_hold_answers
 
 __all__ = [
     "answer_hint",
@@ -117,21 +118,23 @@ def hold_text(hold: HoldView | None) -> str:
 _REASON = '--reason "..."'
 
 
+_DOES: Final = {
+    "release": "let it run again",
+    "resubmit": "run a new submission",
+    "cancel": "cancel the job",
+    "give-up": "fail it with the cause that ended it",
+}
+
+
 def hold_answers(job_id: str, kind: HoldKind) -> list[tuple[str, str]]:
-    """The commands that answer a hold of ``kind``, each with what it does (seed 002,
-    ``overdue:<instance>``): an actor hold is released; a recovery hold, which release
-    can't lift, is resubmitted, cancelled or given up."""
-    match kind:
-        case HoldKind.ACTOR:
-            return [(f"dispatch release {job_id} {_REASON}", "let it run again")]
-        case HoldKind.RECOVERY:
-            return [
-                (f"dispatch resubmit {job_id} {_REASON}", "run a new submission"),
-                (f"dispatch cancel {job_id} {_REASON}", "cancel the job"),
-                (f"dispatch give-up {job_id} {_REASON}", "fail it with the cause that ended it"),
-            ]
-        case _:
-            assert_never(kind)
+    """The commands that answer a hold of ``kind`` (the core's
+    :func:`~dispatch_core.escalations.hold_answers`), each with what it does: an actor hold
+    is released; a recovery hold, which release can't lift, is resubmitted, cancelled or
+    given up."""
+    return [
+        (f"dispatch {answer} {job_id} {_REASON}", _DOES[answer])
+        for answer in core_hold_answers(kind)
+    ]
 
 
 def hold_lines(job_id: str, hold: HoldView, *, width: int = 8) -> list[str]:

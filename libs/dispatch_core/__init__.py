@@ -73,6 +73,8 @@ from dispatch_core.escalations import (
     escalation_info,
     escalation_kind,
     escalation_open,
+    hold_answers,
+    job_commands,
     parse_escalation_id,
 )
 from dispatch_core.events import (
@@ -367,8 +369,10 @@ __all__ = [
     "fold",
     "fold_one",
     "gate_opened",
+    "hold_answers",
     "is_job_id",
     "is_redundant",
+    "job_commands",
     "last_look",
     "launch_fact",
     "make_plan",

@@ -31,13 +31,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Collection, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol, assert_never
 
 import msgspec
 
 from dispatch_core.errors import DispatchError
 from dispatch_core.events import AbandonTarget
-from dispatch_core.state import CauseKind
+from dispatch_core.state import CauseKind, HoldKind, State
 
 if TYPE_CHECKING:
     from dispatch_core.job import HoldView
@@ -53,6 +53,8 @@ __all__ = [
     "escalation_info",
     "escalation_kind",
     "escalation_open",
+    "hold_answers",
+    "job_commands",
     "parse_escalation_id",
 ]
 
@@ -455,3 +457,51 @@ def escalation_open(
         if kind in (_K.FAILED, _K.REFUSED):
             return True
     return not delivered or not job.settled
+
+
+def hold_answers(kind: HoldKind) -> tuple[str, ...]:
+    """The operator commands that answer a hold of ``kind`` (seed 002, ``overdue:<instance>``).
+
+    An actor's hold is released; a recovery hold (a hold rule placed it), which release
+    can't lift, is resubmitted, cancelled or given up.
+    """
+    match kind:
+        case HoldKind.ACTOR:
+            return ("release",)
+        case HoldKind.RECOVERY:
+            return ("resubmit", "cancel", "give-up")
+        case _:
+            assert_never(kind)
+
+
+_ABANDONABLE: Final = frozenset({_K.ALL_UNKNOWN, _K.UNMATCHED, _K.FOREIGN})
+
+
+def job_commands(
+    state: State,
+    *,
+    settled: bool,
+    hold: HoldKind | None,
+    open_escalations: Collection[str] = (),
+) -> tuple[str, ...]:
+    """The operator commands that can apply to a job in its current state (the web's job page).
+
+    * an outcome (succeeded, failed, cancelled): ``supersede``, and ``emergency-stop`` while
+      something of it may still act (not ``settled``);
+    * held: the answers of its hold's kind (:func:`hold_answers`);
+    * otherwise (pending, running, recovering, unknown): ``hold``, ``cancel``,
+      ``emergency-stop``;
+    * ``abandon`` besides, only while an ``all-unknown:``, ``unmatched:`` or ``foreign:``
+      escalation is open (``open_escalations``: the ids :func:`escalation_open` says are open).
+
+    Whether the actor may give one (abandon is a person's) is the caller's to say.
+    """
+    if state.terminal:
+        out: tuple[str, ...] = ("supersede",) if settled else ("supersede", "emergency-stop")
+    elif hold is not None:
+        out = hold_answers(hold)
+    else:
+        out = ("hold", "cancel", "emergency-stop")
+    if any(escalation_kind(e) in _ABANDONABLE for e in open_escalations):
+        out += ("abandon",)
+    return out

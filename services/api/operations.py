@@ -49,6 +49,7 @@ from dispatch_core import (
     MalformedRecord,
     OperatorCommand,
     OptionRefused,
+    Plan,
     Refused,
     State,
     Status,
@@ -106,7 +107,7 @@ from services.api.schemas import (
 )
 from services.common.clock import utcnow
 
-__all__ = ["MAX_SEQ", "Operations"]
+__all__ = ["MAX_SEQ", "CheckedSubmission", "Operations"]
 
 log = logging.getLogger("services.api")
 
@@ -126,6 +127,20 @@ _OUTCOMES: Final[dict[type[ApiError], str]] = {
     Busy: "busy",
     UnreadableRecord: "unreadable",
 }
+
+
+class CheckedSubmission(NamedTuple):
+    """A ``POST /v1/jobs`` body that passed :meth:`Operations.check_submission`.
+
+    Attributes:
+        request: the decoded body.
+        command: the core's ``submit`` command it makes (``job_id`` still to be chosen).
+        plan: the plan the job would get.
+    """
+
+    request: SubmitRequest
+    command: OperatorCommand
+    plan: Plan
 
 
 class _Folded(NamedTuple):
@@ -601,7 +616,19 @@ class Operations:
         """
         return await self._counted("submit", self._submit(actor, body, key))
 
-    async def _submit(self, actor: CoreActor, body: bytes, key: str | None) -> SubmitResponse:
+    def check_submission(self, actor: CoreActor, body: bytes) -> CheckedSubmission:
+        """Validate a ``POST /v1/jobs`` body as a submission by ``actor`` would, without
+        submitting: the one check both :meth:`submit` and the web page's preview run, so a
+        body the preview accepts is one submit accepts (and a refusal is the same 400 with
+        the same ``field``).
+
+        Raises:
+            BadRequest: malformed body (an unknown field at any depth), unknown cluster, an
+                option the cluster's backend would refuse at launch (``field``
+                ``spec.options.<key>``), invalid policy (code ``invalid-policy``).
+            Forbidden: the body asks for an owner other than the actor's Unix user, or the
+                cluster may not run jobs as that user (``field`` ``spec.owner``).
+        """
         req = _decode_body(SubmitRequest, body)
         check_spec(req.spec)
         declarations = self._declarations.get(req.spec.cluster)
@@ -633,10 +660,15 @@ class Operations:
             }
         )
         try:
-            make_plan(req.spec, req.policy, declarations)
+            plan = make_plan(req.spec, req.policy, declarations)
         except InvalidPolicy as err:
             field = f"policy.rules[{err.rule}]" + (".on" if err.cause else "")
             raise BadRequest(str(err), code="invalid-policy", field=field) from err
+        return CheckedSubmission(request=req, command=command, plan=plan)
+
+    async def _submit(self, actor: CoreActor, body: bytes, key: str | None) -> SubmitResponse:
+        checked = self.check_submission(actor, body)
+        req, command = checked.request, checked.command
         seed = f"{actor.kind}:{actor.name}\n{key}" if key is not None else None
         for _ in range(self._attempts):
             job_id = req.job_id or f"{req.name or 'job'}-{_suffix(seed)}"

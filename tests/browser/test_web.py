@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -47,6 +48,7 @@ def _submit(
     flag: Path,
     rules: list[dict[str, Any]],
     checkpoint: str | None = None,
+    job_id: str | None = None,
 ) -> str:
     spec: dict[str, Any] = {
         "cluster": "local",
@@ -55,7 +57,9 @@ def _submit(
     }
     if checkpoint is not None:
         spec["checkpoint"] = checkpoint
-    body = {"name": name, "spec": spec, "policy": {"rules": rules}}
+    body: dict[str, Any] = {"name": name, "spec": spec, "policy": {"rules": rules}}
+    if job_id is not None:
+        body["job_id"] = job_id
     code, answer = call(up.api, up.token, "POST", "/v1/jobs", body)
     assert code == 201, answer
     return str(answer["job_id"])
@@ -166,20 +170,19 @@ def test_a_held_job_is_answered_from_the_inbox(
     item = page.locator(f"li.item[data-job='{job_id}']")
     item.wait_for()
     assert "resubmit, cancel or give up" in item.inner_text()
-    assert {b.get_attribute("data-answer") for b in item.locator("button").all()} == {
-        "release",
+    # A recovery hold's answers (the core's hold_answers): release can't lift it, so it is
+    # not offered; forced, it is refused with the core's reason.
+    assert [b.get_attribute("data-answer") for b in item.locator("button").all()] == [
         "resubmit",
         "cancel",
         "give-up",
-    }
+    ]
     page.screenshot(path=str(screenshots / "inbox.png"), full_page=True)
 
     code, refusal = call(up.api, up.token, "POST", f"/v1/jobs/{job_id}/release", {"reason": "x"})
     assert code == 409, refusal
-    item.locator("button[data-answer=release]").click()
-    page.fill("#confirm-reason", "the data is fixed")
-    page.click("#confirm-ok")
-    refused = page.locator(f"li.item[data-job='{job_id}'] .answer-result.refused")
+    page.evaluate(f"dispatchPage.give({json.dumps(job_id)}, 'release', 'the data is fixed')")
+    refused = page.locator("#answer-result.refused")
     refused.wait_for()
     assert refusal["error"]["message"] in refused.inner_text()
 
@@ -193,6 +196,11 @@ def test_a_held_job_is_answered_from_the_inbox(
     page.wait_for_function(
         "document.getElementById('job-state')?.textContent === 'running'", timeout=60_000
     )
+    # The hold rule as the CLI's plan says it, not a budget it doesn't have.
+    assert "hold on non-zero-exit (overdue after 24 h)" in page.inner_text("#plan")
+    assert "budget" not in page.inner_text("#plan")
+    page.locator("#commands button").first.wait_for()
+    assert _commands(page) == ["hold", "cancel", "emergency-stop"]
     page.click("#record summary")
     events = page.inner_text("#events")
     assert "retry after fixing the input path" in events
@@ -203,12 +211,20 @@ def test_a_held_job_is_answered_from_the_inbox(
 def test_abandon_is_offered_to_a_person_only_and_refused_if_a_service_forces_it(
     up: WebUp, new_page: NewPage, tmp_path: Path
 ) -> None:
+    """Abandon is offered only while an escalation asks for it (here ``foreign:``: the
+    core's job_commands), and then to a person only."""
     job_id = _submit(up, "webabandon", WAIT_FOR_FLAG, tmp_path / "flag", [])
-    up.up.wait_status(job_id, lambda s: s["submission"] is not None, timeout_s=90)
+    up.up.wait_status(job_id, lambda s: s["state"] == "running", timeout_s=90)
 
     person = new_page(up.api)
     sign_in(person, BOB_TOKEN)
     _open(person, f"#/job/{job_id}")
+    person.locator("#commands button").first.wait_for()
+    assert _commands(person) == ["hold", "cancel", "emergency-stop"]  # nothing to abandon
+    assert person.inner_text("#history") == "none yet"  # no transition committed yet
+
+    foreign = up.up.faults.foreign(job_id)
+    eventually(lambda: _assert_in(f"foreign:{foreign}", _inbox_ids(up, job_id)), timeout_s=90)
     person.locator("#commands button[data-answer=abandon]").wait_for()
 
     service = new_page(up.api, allowed=(403, 409))
@@ -333,6 +349,10 @@ def test_a_failed_job_shows_what_ran_and_is_superseded_from_the_inbox(
     assert back.inner_text() == new_job
 
 
+def _commands(page: Page) -> list[str | None]:
+    return [b.get_attribute("data-answer") for b in page.locator("#commands button").all()]
+
+
 def _assert_in(needle: str, haystack: list[str]) -> None:
     assert needle in haystack, haystack
 
@@ -408,6 +428,116 @@ def test_the_page_works_at_phone_width(up: WebUp, new_page: NewPage, screenshots
     page.wait_for_selector("#job-state")
 
 
+def test_a_long_job_id_at_phone_width_and_a_settled_job_page(
+    up: WebUp, new_page: NewPage, tmp_path: Path
+) -> None:
+    """At 390 px a 63-character job id wraps (no sideways scroll, the list still shows each
+    row's state); a succeeded job offers supersede alone; History shows times as the CLI
+    does (the ISO time on hover); a job without rules says every cause is uncovered; an
+    unknown job shows the notice alone."""
+    long_id = "w" * 50 + "-long-id-1234"
+    assert len(long_id) == 63
+    job_id = _submit(up, "weblong", "true", tmp_path / "flag", [], job_id=long_id)
+    up.up.wait_status(job_id, lambda s: s["settled"], timeout_s=90)
+    page = new_page(up.api, width=390, height=844, allowed=(404,))
+    sign_in(page, up.token)
+    state = page.locator(f"#jobs tr[data-job='{job_id}'] .c-state")
+    state.wait_for()
+    box = state.bounding_box()
+    assert box is not None
+    assert box["x"] + box["width"] <= 390, f"the state column is off screen: {box}"
+    wrap = page.eval_on_selector(".table-wrap", "e => [e.scrollWidth, e.clientWidth]")
+    assert wrap[0] <= wrap[1], f"the jobs list scrolls sideways: {wrap}"
+
+    _open(page, f"#/job/{job_id}")
+    page.wait_for_function(
+        "document.getElementById('job-state')?.textContent === 'succeeded'", timeout=60_000
+    )
+    page.locator("#commands button").first.wait_for()
+    assert _commands(page) == ["supersede"]
+    width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert width[0] <= width[1], f"the job page scrolls sideways at phone width: {width}"
+    at = page.locator("#history td.c-at time").first
+    assert re.fullmatch(r"\d\d:\d\d:\d\d", at.inner_text()), at.inner_text()
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\dT[\d:.]+(Z|[+-]\d\d:\d\d)", at.get_attribute("title") or ""
+    )
+    assert page.inner_text("#no-rules") == "no rules: every cause is uncovered"
+
+    _open(page, "#/job/nope-123")
+    page.locator("#notice:not([hidden])").wait_for()
+    assert "nope-123" in page.inner_text("#notice")
+    assert page.locator("#view").is_hidden()
+    assert page.locator("#job-status").count() == 0
+
+
+def test_an_edit_after_the_preview_disables_submit(up: WebUp, new_page: NewPage) -> None:
+    """Submit sends what was previewed: editing the file takes the preview back."""
+    page = new_page(up.api)
+    sign_in(page, up.token)
+    page.click("#nav-submit")
+    page.fill("#jobfile", '[spec]\ncluster = "local"\ncommand = ["true"]\n')
+    page.click("#preview")
+    page.wait_for_selector("#confirm-submit:not([disabled])")
+    page.locator("#jobfile").press("End")
+    page.keyboard.type("# edited\n")
+    assert page.locator("#confirm-submit").is_disabled()
+
+
+def test_the_jobs_list_reloads_when_its_change_stream_comes_back(
+    up: WebUp, new_page: NewPage, tmp_path: Path
+) -> None:
+    """What changes while the list's change stream is down (the API restarting) shows once it
+    is back: the stream sends only what changes next, so the page reloads the list on each
+    (re)connect; meanwhile it says it is reconnecting, and it backs off a stream that opens
+    and drops at once."""
+    running = _submit(up, "webstale", WAIT_FOR_FLAG, tmp_path / "flag", [])
+    up.up.wait_status(running, lambda s: s["state"] == "running", timeout_s=90)
+    page = new_page(up.api, reconnects=True)
+    sign_in(page, up.token)
+    state = f"#jobs tr[data-job='{running}'] .c-state"
+    page.wait_for_function(
+        f"document.querySelector({json.dumps(state)})?.textContent === 'running'",
+        timeout=60_000,
+    )
+    assert page.locator("#reconnecting").is_hidden()
+    mode = {"how": "refuse"}
+    opened: list[float] = []
+
+    def changes(route: Any) -> None:
+        if mode["how"] == "refuse":
+            route.abort("connectionrefused")
+        else:  # a stream that opens (200) and drops at once
+            opened.append(time.monotonic())
+            route.fulfill(status=200, content_type="text/event-stream", body=": live\n\n")
+
+    page.route("**/ui/api/changes", changes)
+    up.set_tokens(bob=True)  # restarts the API: the page's stream drops and can't come back
+    page.locator("#reconnecting").wait_for()
+    (tmp_path / "flag").touch()
+    up.up.wait_status(running, lambda s: s["state"] == "succeeded", timeout_s=90)
+    late = _submit(up, "weblate", "true", tmp_path / "flag2", [])
+    assert page.inner_text(state) == "running"  # nothing told the page yet
+
+    mode["how"] = "drop"
+    deadline = time.monotonic() + 30
+    while not opened and time.monotonic() < deadline:
+        page.wait_for_timeout(200)
+    assert opened, "the page never came back to the change stream"
+    first = len(opened)
+    page.wait_for_timeout(6_000)  # at 0.5 s a time this would be a dozen
+    again = len(opened) - first
+    assert again <= 3, f"a stream that opens and drops was retried {again} times in 6 s"
+
+    page.unroute("**/ui/api/changes")
+    page.wait_for_function(
+        f"document.querySelector({json.dumps(state)})?.textContent === 'succeeded'",
+        timeout=60_000,
+    )
+    page.locator(f"#jobs tr[data-job='{late}']").wait_for()
+    page.locator("#reconnecting").wait_for(state="hidden", timeout=60_000)
+
+
 def test_a_wrong_or_expired_token_is_told_so(up: WebUp, new_page: NewPage) -> None:
     """A wrong token is refused at sign-in; a token the API stops taking (expired, revoked)
     signs the page out with a message saying so. Runs last: it takes bob's token away."""
@@ -476,3 +606,15 @@ def test_the_page_routes_answer_as_the_api_does(up: WebUp) -> None:
     assert answer["body"]["spec"]["cluster"] == "local"
     code, _ = call(up.api, up.token, "GET", "/v1/jobs")  # nothing was submitted by it
     assert code == 200
+
+    # The preview refuses what submit refuses, with submit's 400 and field (one check, the
+    # operations layer's): here a field the spec doesn't have.
+    code, answer = preview('[spec]\ncluster = "local"\ncommand = ["true"]\nbogus = 1\n')
+    body = {"spec": {"cluster": "local", "command": ["true"], "bogus": 1}}
+    submit_code, refused = call(up.api, up.token, "POST", "/v1/jobs", body)
+    assert submit_code == 400, refused
+    assert (code, answer["error"]["code"], answer["error"]["field"]) == (
+        400,
+        refused["error"]["code"],
+        refused["error"]["field"],
+    )

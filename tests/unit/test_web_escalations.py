@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from dispatch_core import escalation_info
+from dispatch_core import HoldKind, State, escalation_info, hold_answers, job_commands
 from services.api.schemas import COMMAND_REQUESTS
 from services.api.web.escalations import describe
 
@@ -55,3 +55,60 @@ def test_an_unknown_prefix_is_listed_without_answers() -> None:
     bad = describe("overdue:x")  # a known prefix, an argument of no shape seed 002 gives
     assert (bad.kind, bad.answers) == ("overdue", ())
     assert "overdue:<instance>" in bad.meaning
+
+
+@pytest.mark.parametrize(
+    ("esc_id", "hold", "answers"),
+    [
+        ("held:1", HoldKind.RECOVERY, ("resubmit", "cancel", "give-up")),
+        ("held:1", HoldKind.ACTOR, ("release",)),
+        ("overdue:1", HoldKind.RECOVERY, ("resubmit", "cancel", "give-up")),
+        ("overdue:1", HoldKind.ACTOR, ("release",)),
+    ],
+)
+def test_a_holds_answers_are_those_of_its_kind(
+    esc_id: str, hold: HoldKind, answers: tuple[str, ...]
+) -> None:
+    assert describe(esc_id, hold_kind=hold).answers == answers == hold_answers(hold)
+
+
+@pytest.mark.parametrize(
+    ("state", "settled", "hold", "opened", "commands"),
+    [
+        (State.SUCCEEDED, True, None, (), ("supersede",)),
+        (State.FAILED, True, None, ("failed:non-zero-exit",), ("supersede",)),
+        (State.CANCELLED, False, None, ("cleanup-deadline",), ("supersede", "emergency-stop")),
+        (State.HELD, False, HoldKind.RECOVERY, ("held:1",), ("resubmit", "cancel", "give-up")),
+        (State.HELD, False, HoldKind.ACTOR, (), ("release",)),
+        (State.RUNNING, False, None, (), ("hold", "cancel", "emergency-stop")),
+        (
+            State.PENDING,
+            False,
+            None,
+            ("all-unknown:1",),
+            ("hold", "cancel", "emergency-stop", "abandon"),
+        ),
+        (
+            State.RUNNING,
+            False,
+            None,
+            ("foreign:x",),
+            ("hold", "cancel", "emergency-stop", "abandon"),
+        ),
+        (
+            State.RECOVERING,
+            False,
+            None,
+            ("unmatched:1/2",),
+            ("hold", "cancel", "emergency-stop", "abandon"),
+        ),
+    ],
+)
+def test_job_commands_are_those_that_can_apply_now(
+    state: State,
+    settled: bool,
+    hold: HoldKind | None,
+    opened: tuple[str, ...],
+    commands: tuple[str, ...],
+) -> None:
+    assert job_commands(state, settled=settled, hold=hold, open_escalations=opened) == commands

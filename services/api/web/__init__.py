@@ -14,6 +14,8 @@ Routes (``/ui/api/*`` need the bearer token, as ``/v1`` does):
 * ``GET /ui/api/jobs?state=&cluster=&needs=person&offset=&limit=`` one page of the jobs
   list, with cluster, name, epoch, age and open escalations per row, and the total;
 * ``GET /ui/api/inbox?job=`` open escalations (and held jobs) with meanings and answers;
+  with ``job``, also the ``commands`` that can apply to that job now (the core's
+  ``job_commands``);
 * ``GET /ui/api/changes`` SSE of every job's Status head as it changes (the live list);
 * ``POST /ui/api/preview`` a job file (TOML or JSON) -> the body ``POST /v1/jobs`` takes and
   the plan it would get (uncovered causes, substitutions), without submitting.

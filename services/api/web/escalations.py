@@ -7,9 +7,10 @@ names (the body ``POST /v1/jobs/<job>/abandon`` takes).
 
 ``held:<instance>`` is not an escalation of the record: it is the notice the notifier sends
 when a job is held (``services/notifier/routing.py`` :data:`HELD_NOTICE`,
-``NOTIFIER_HELD_NOTICES``); the inbox lists a held job under it, with the answers of
-``overdue:`` (seed 002: release an actor's hold; for a recovery hold release is refused, and
-resubmit, cancel or give-up answer it).
+``NOTIFIER_HELD_NOTICES``); the inbox lists a held job under it. A hold's answers (of
+``held:`` and of ``overdue:``) are those of its kind, the core's
+:func:`~dispatch_core.escalations.hold_answers` (seed 002: release an actor's hold; a
+recovery hold is resubmitted, cancelled or given up).
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from dispatch_core.escalations import (
     EscalationKind,
     InvalidEscalationId,
     Severity,
+    hold_answers,
     parse_escalation_id,
 )
+from dispatch_core.state import HoldKind
 from services.notifier.routing import HELD_NOTICE
 
 __all__ = ["HELD_NOTICE", "SEVERITY_ORDER", "EscalationInfo", "describe"]
@@ -33,10 +36,16 @@ SEVERITY_ORDER: Final[dict[str, int]] = {s.value: i for i, s in enumerate(Severi
 """Most urgent first (the inbox sorts by it, then by age): the core's order of severities."""
 
 _HELD_MEANING: Final = "the job is held and waits for a person (a notice, not an escalation)"
-_HELD_ADVICE: Final = (
-    "A person's hold: release it. A recovery hold (a hold rule placed it): release is refused; "
-    "resubmit, cancel or give up."
-)
+_HELD_ADVICE: Final = {
+    None: (
+        "A person's hold: release it. A recovery hold (a hold rule placed it): release is "
+        "refused; resubmit, cancel or give up."
+    ),
+    HoldKind.ACTOR: "A person's hold: release it when the job may run again.",
+    HoldKind.RECOVERY: (
+        "A hold rule placed it, and release can't lift it: resubmit, cancel or give up."
+    ),
+}
 
 
 class EscalationInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -77,13 +86,21 @@ def _abandon_target(
     return None
 
 
-def describe(escalation_id: str, *, cluster: str | None = None, job_id: str = "") -> EscalationInfo:
+def describe(
+    escalation_id: str,
+    *,
+    cluster: str | None = None,
+    job_id: str = "",
+    hold_kind: HoldKind | None = None,
+) -> EscalationInfo:
     """Return what the page shows of ``escalation_id`` (``overdue:3``, ``give-up``, ...).
 
     Args:
         escalation_id: the escalation's id as the record holds it, or ``held:<instance>``.
         cluster: the job's cluster (the cluster of a ``foreign:<object id>`` object).
         job_id: the job, put in place of ``<job>`` in the advice.
+        hold_kind: the kind of the job's hold in force: a hold's escalation (``held:``, and
+            ``overdue:`` of that hold) is answered by that kind's answers alone.
 
     An id the core doesn't know (a newer writer's, or a malformed one) is a ``warning`` with
     no answers and a meaning that says so (never an error: the page lists it as it is).
@@ -97,8 +114,8 @@ def describe(escalation_id: str, *, cluster: str | None = None, job_id: str = ""
             arg=arg,
             severity=overdue.severity.value,
             meaning=_HELD_MEANING,
-            advice=_HELD_ADVICE,
-            answers=overdue.answers,
+            advice=_HELD_ADVICE[hold_kind],
+            answers=overdue.answers if hold_kind is None else hold_answers(hold_kind),
         )
     try:
         kind, arg = parse_escalation_id(escalation_id)
@@ -112,12 +129,15 @@ def describe(escalation_id: str, *, cluster: str | None = None, job_id: str = ""
             answers=(),
         )
     info = ESCALATIONS[kind]
+    answers = info.answers
+    if kind is EscalationKind.OVERDUE and hold_kind is not None:
+        answers = hold_answers(hold_kind)
     return EscalationInfo(
         kind=kind.value,
         arg=arg,
         severity=info.severity.value,
         meaning=info.meaning,
         advice=info.advice.replace("<job>", job_id) if job_id else info.advice,
-        answers=info.answers,
+        answers=answers,
         abandon_target=_abandon_target(kind, arg, cluster) if "abandon" in info.answers else None,
     )

@@ -23,7 +23,6 @@ from aiohttp import web
 from dispatch_core import (
     Actor,
     DecodeError,
-    InvalidPolicy,
     Job,
     State,
     Status,
@@ -31,7 +30,7 @@ from dispatch_core import (
     encode,
     escalation_open,
     is_job_id,
-    make_plan,
+    job_commands,
 )
 from dispatch_nats import LatestEntry
 from services.api.auth import Authenticator
@@ -39,12 +38,7 @@ from services.api.errors import ApiError, BadRequest, NotFound, UnreadableRecord
 from services.api.feeds import pump_feed
 from services.api.jobindex import parse_listing
 from services.api.operations import Operations
-from services.api.schemas import (
-    JobSummary,
-    SubmitRequest,
-    check_spec,
-    decode_body,
-)
+from services.api.schemas import JobSummary
 from services.api.web.escalations import HELD_NOTICE, SEVERITY_ORDER, EscalationInfo, describe
 
 __all__ = ["JOBS_PAGE_MAX", "mount"]
@@ -125,17 +119,18 @@ def _open_items(summary: JobSummary, job: Job | None, cluster: str | None) -> li
     """
     out: list[dict[str, Any]] = []
     hold = summary.hold
+    hold_kind = None if hold is None else hold.kind
     escalations = () if job is None else job.escalations
     abandoned = () if job is None else job.abandoned
     for esc in escalations:
         delivered = esc.delivered is not None
         if escalation_open(esc.id, delivered=delivered, job=summary, abandoned=abandoned):
-            info = describe(esc.id, cluster=cluster, job_id=summary.job_id)
+            info = describe(esc.id, cluster=cluster, job_id=summary.job_id, hold_kind=hold_kind)
             out.append(_item(summary, esc.id, esc.at, esc.detail, info))
     if hold is not None and not any(i["id"] == f"overdue:{hold.instance}" for i in out):
         esc_id = f"{HELD_NOTICE}:{hold.instance}"
         detail = f"{hold.kind} hold by {hold.by.name}: {hold.reason}"
-        info = describe(esc_id, cluster=cluster, job_id=summary.job_id)
+        info = describe(esc_id, cluster=cluster, job_id=summary.job_id, hold_kind=hold_kind)
         out.append(_item(summary, esc_id, hold.since, detail, info))
     return out
 
@@ -263,19 +258,33 @@ async def _inbox(request: web.Request) -> web.Response:
     job_id = request.query.get("job")
     if job_id is not None and not is_job_id(job_id):
         raise BadRequest(f"{job_id!r} is not a job id", field="job")
+    summary: JobSummary | None = None
     if job_id is not None:  # one job (its page): its Status now, not the index's
-        candidates = [JobSummary.of((await ops.status(job_id))[0])]
+        summary = JobSummary.of((await ops.status(job_id))[0])
+        candidates = [summary]
     else:
         rows, _ = await ops.index.rows()
         candidates = [r for r in rows if _may_wait(r)]
     items = [i for group in await _gather([_open_for(app, r) for r in candidates]) for i in group]
     items.sort(key=lambda i: (SEVERITY_ORDER.get(i["severity"], 1), i["at"]))
-    return _json({"items": items})
+    if summary is None:
+        return _json({"items": items})
+    commands = job_commands(
+        summary.state,
+        settled=summary.settled,
+        hold=None if summary.hold is None else summary.hold.kind,
+        open_escalations=[i["id"] for i in items],
+    )
+    return _json({"items": items, "commands": commands})
 
 
 async def _preview(request: web.Request) -> web.Response:
-    """A job file -> the body ``POST /v1/jobs`` takes and the plan it would get."""
-    _actor(request)
+    """A job file -> the body ``POST /v1/jobs`` takes and the plan it would get.
+
+    The body is checked as ``POST /v1/jobs`` checks it (:meth:`Operations.check_submission`):
+    a file the preview accepts is one submit accepts, and a refusal is submit's own.
+    """
+    actor = _actor(request)
     text = (await request.read()).decode(errors="replace")
     raw: object
     try:
@@ -284,23 +293,8 @@ async def _preview(request: web.Request) -> web.Response:
         raise BadRequest(f"the job file is not valid TOML (or JSON): {err}") from err
     if not isinstance(raw, dict):
         raise BadRequest("a job file is a table (TOML) or an object (JSON)")
-    body = msgspec.json.encode(raw)
-    req = decode_body(SubmitRequest, body)
-    check_spec(req.spec)
-    ops = request.app[_OPS]
-    declarations = ops.declarations_of(req.spec.cluster)
-    if declarations is None:
-        known = ", ".join(ops.clusters) or "none is configured"
-        raise BadRequest(
-            f"unknown cluster {req.spec.cluster!r} (known: {known})",
-            code="unknown-cluster",
-            field="spec.cluster",
-        )
-    try:
-        plan = make_plan(req.spec, req.policy, declarations)
-    except InvalidPolicy as err:
-        field = f"policy.rules[{err.rule}]" + (".on" if err.cause else "")
-        raise BadRequest(str(err), code="invalid-policy", field=field) from err
+    checked = request.app[_OPS].check_submission(actor, msgspec.json.encode(raw))
+    plan = checked.plan
     return _json({"body": raw, "plan": plan})
 
 

@@ -7,8 +7,6 @@
 (function () {
   const TOKEN_KEY = "dispatch.token";
   const PAGE = 50;
-  const COMMANDS = ["release", "resubmit", "cancel", "give-up", "abandon", "supersede",
-    "emergency-stop", "hold"];
   const LABELS = { "release": "Release", "resubmit": "Resubmit", "cancel": "Cancel",
     "give-up": "Give up", "abandon": "Abandon", "supersede": "Supersede",
     "emergency-stop": "Emergency stop", "hold": "Hold" };
@@ -45,6 +43,25 @@
     if (s < 3600) return Math.floor(s / 60) + "m";
     if (s < 86400) return Math.floor(s / 3600) + "h";
     return Math.floor(s / 86400) + "d";
+  }
+
+  // A time as the CLI shows it (dispatch_cli.render.when): HH:MM:SS today, else
+  // YYYY-MM-DD HH:MM:SS, in local time; the full ISO time on hover.
+  function when(iso) {
+    if (!iso) return "";
+    const d = new Date(iso);
+    const p = (n) => String(n).padStart(2, "0");
+    const time = p(d.getHours()) + ":" + p(d.getMinutes()) + ":" + p(d.getSeconds());
+    const text = d.toDateString() === new Date().toDateString() ? time :
+      d.getFullYear() + "-" + p(d.getMonth() + 1) + "-" + p(d.getDate()) + " " + time;
+    return h("time", { datetime: iso, title: iso }, text);
+  }
+
+  // Seconds as the CLI's plan shows them (dispatch_cli.render._duration).
+  function duration(seconds) {
+    if (seconds >= 3600 && seconds % 3600 === 0) return (seconds / 3600) + " h";
+    if (seconds >= 60) return (seconds / 60) + " min";
+    return seconds + " s";
   }
 
   function since(iso) {
@@ -111,12 +128,26 @@
     return data;
   }
 
+  // While a live stream is down (the API restarting, the network gone) the page says so.
+  const downStreams = new Set();
+  function streamDown(key, down) {
+    if (down) downStreams.add(key); else downStreams.delete(key);
+    const note = $("reconnecting");
+    if (note) note.hidden = downStreams.size === 0;
+  }
+
   // Follow an SSE route with fetch streaming; calls onEvent(name, data) per event, and
-  // reconnects (with Last-Event-ID) until signal aborts.
-  async function follow(path, onEvent, signal) {
+  // reconnects (with Last-Event-ID) until signal aborts, backing off from 0.5 s to 10 s. The
+  // back-off restarts only once a stream has stayed up a while: one that opens and drops at
+  // once is retried ever more slowly. onOpen() is called each time a stream (re)opens: the
+  // routes send only what changes next, so the caller reloads what it shows.
+  async function follow(path, onEvent, signal, onOpen) {
+    const key = {};
     let lastId = null;
     let wait = 500;
+    signal.addEventListener("abort", () => streamDown(key, false));
     while (!signal.aborted) {
+      let opened = 0;
       try {
         const extra = lastId === null ? {} : { "Last-Event-ID": lastId };
         const response = await fetch(path, { headers: headers(extra), signal: signal });
@@ -126,7 +157,9 @@
           return;
         }
         if (!response.ok || !response.body) throw new Error("stream " + response.status);
-        wait = 500;
+        opened = Date.now();
+        streamDown(key, false);
+        if (onOpen) onOpen();
         const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
         let buffer = "";
         for (;;) {
@@ -150,6 +183,9 @@
       } catch (e) {
         if (signal.aborted) return;
       }
+      if (signal.aborted) return;
+      streamDown(key, true);
+      if (opened && Date.now() - opened > 30000) wait = 500;
       await new Promise((resolve) => setTimeout(resolve, wait));
       wait = Math.min(wait * 2, 10000);
     }
@@ -286,9 +322,9 @@
     const tbody = h("tbody", { id: "jobs-body" });
     const table = h("table", { id: "jobs" },
       h("thead", {}, h("tr", {},
-        h("th", {}, "job"), h("th", { class: "wide" }, "name"), h("th", {}, "cluster"),
+        h("th", {}, "job"), h("th", { class: "wide" }, "name"), h("th", { class: "wide" }, "cluster"),
         h("th", {}, "state"), h("th", {}, "cause"), h("th", { class: "wide" }, "submission"),
-        h("th", { class: "wide" }, "epoch"), h("th", {}, "age"), h("th", {}, "escalations"))),
+        h("th", { class: "wide" }, "epoch"), h("th", { class: "wide" }, "age"), h("th", {}, "escalations"))),
       tbody);
     setView(h("h1", {}, "Jobs"),
       h("div", { class: "filters" }, stateSel, clusterSel,
@@ -318,21 +354,25 @@
           clusterSel.append(h("option", { value: c, selected: listState.cluster === c }, c));
         }
       }
+      // A reload (live, or the stream reconnecting) keeps the keyboard's place in the list.
+      const active = document.activeElement;
+      const focused = active && tbody.contains(active) ? active.closest("tr").dataset.job : null;
       shown = new Map();
       tbody.replaceChildren(...page.jobs.map((j) => {
         const tr = h("tr", { "data-job": j.job_id },
-          h("td", {}, h("a", { href: "#/job/" + encodeURIComponent(j.job_id) }, j.job_id)),
+          h("td", { class: "c-job" }, h("a", { href: "#/job/" + encodeURIComponent(j.job_id) }, j.job_id)),
           h("td", { class: "wide" }, j.name),
-          h("td", {}, j.cluster || ""),
+          h("td", { class: "wide" }, j.cluster || ""),
           h("td", { class: "c-state" }, stateCell(j.state)),
           h("td", { class: "c-cause", title: j.cause.detail || "" }, j.cause.kind),
           h("td", { class: "wide" }, j.submission === null ? "" : j.submission),
           h("td", { class: "wide" }, j.epoch === null ? "" : j.epoch),
-          h("td", {}, age(j.age_s)),
+          h("td", { class: "wide" }, age(j.age_s)),
           h("td", {}, j.open_escalations.join(", ")));
         shown.set(j.job_id, tr);
         return tr;
       }));
+      if (focused && shown.has(focused)) shown.get(focused).querySelector("a").focus();
       const end = Math.min(page.offset + page.jobs.length, page.total);
       info.textContent = page.total === 0 ? "no jobs" :
         (page.offset + 1) + "-" + end + " of " + page.total;
@@ -357,21 +397,34 @@
       } else {
         reloadSoon();
       }
-    }, signal);
+    }, signal, () => { if (!signal.aborted) load(); });
   }
 
   function kv(pairs) {
     return h("dl", { class: "kv" }, pairs.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
   }
 
+  // A planned rule as the CLI's plan shows it (dispatch_cli.render.plan_lines).
+  function ruleText(r) {
+    let text = r.action + " on " + r.on.join(", ");
+    if (["resubmit", "restart", "requeue"].includes(r.action)) text += " (budget " + r.budget + ")";
+    if (r.action === "hold") text += " (overdue after " + duration(r.hold_for_s) + ")";
+    if (r.free_if_progress) text += " (free if progress)";
+    if (r.max_without_progress !== null && r.max_without_progress !== undefined) {
+      text += " (hold after " + r.max_without_progress + " without progress)";
+    }
+    if (r.substituted_for) text += " [instead of " + r.substituted_for + "]";
+    return text;
+  }
+
   function planView(plan) {
     return h("div", { id: "plan" },
-      h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, "rule"), h("th", {}, "on"),
-        h("th", {}, "action"), h("th", {}, "budget"), h("th", {}, "enforcer"))),
+      plan.rules.length ? h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, "rule"),
+        h("th", {}, "what it does"), h("th", {}, "enforcer"))),
       h("tbody", {}, plan.rules.map((r) => h("tr", {},
-        h("td", {}, r.rule), h("td", {}, r.on.join(", ")),
-        h("td", {}, r.action + (r.substituted_for ? " (instead of " + r.substituted_for + ")" : "")),
-        h("td", {}, r.budget), h("td", {}, r.enforcer + (r.unenforced ? ": " + r.unenforced : "")))))),
+        h("td", {}, r.rule), h("td", { class: "c-rule" }, ruleText(r)),
+        h("td", {}, r.enforcer + (r.unenforced ? ": " + r.unenforced : "")))))) :
+        h("p", { id: "no-rules" }, "no rules: every cause is uncovered"),
       h("p", { id: "uncovered" }, h("strong", {}, "Uncovered causes: "),
         plan.uncovered.length ? plan.uncovered.join(", ") : "none",
         plan.uncovered.length ? " (an execution ending with one of these fails the job)" : ""),
@@ -442,8 +495,9 @@
         ["superseded by", s.superseded_by ? h("a", { id: "superseded-by",
           href: "#/job/" + encodeURIComponent(s.superseded_by) }, s.superseded_by) : ""],
       ]));
-      history.replaceChildren(h("table", {}, h("tbody", {}, s.history.map((t) => h("tr", {},
-        h("td", {}, t.at), h("td", {}, stateCell(t.state)), h("td", {}, t.cause.kind),
+      history.replaceChildren(s.history.length === 0 ? h("p", { class: "none" }, "none yet") :
+        h("table", {}, h("tbody", {}, s.history.map((t) => h("tr", {},
+        h("td", { class: "c-at" }, when(t.at)), h("td", {}, stateCell(t.state)), h("td", {}, t.cause.kind),
         h("td", { class: "verbatim" }, (t.cause.actor ? t.cause.actor.name + ": " : "") + (t.detail || t.cause.detail || "")))))));
     }
 
@@ -471,13 +525,20 @@
           (e.cause.nodes && e.cause.nodes.length ? " on " + e.cause.nodes.join(",") : "")).join("; ")))))));
       record.replaceChildren(h("summary", {}, "Record (" + rec.events.length + " events)"),
         h("table", { id: "events" }, h("tbody", {}, rec.events.map((r) => h("tr", {},
-          h("td", {}, r.seq), h("td", {}, r.event.at), h("td", {}, r.event.type),
+          h("td", {}, r.seq), h("td", {}, when(r.event.at)), h("td", {}, r.event.type),
           h("td", {}, r.writer), h("td", {}, h("code", {}, summarize(r.event))))))));
     }
 
+    // The commands that can apply to the job now are the core's (dispatch_core
+    // job_commands, sent with the job's inbox); abandon, a person's only, names the target
+    // of the open escalation that asks for it.
     async function loadEscalations() {
       const inbox = await api("GET", "/ui/api/inbox?job=" + encodeURIComponent(jobId), undefined, { signal: signal });
       escal.replaceChildren(inbox.items.length ? inboxList(inbox.items, out) : h("p", {}, "Nothing."));
+      const asking = inbox.items.find((i) => i.abandon_target);
+      const target = asking ? asking.abandon_target : null;
+      commands.replaceChildren(...answerButtons(jobId,
+        inbox.commands.filter((c) => c !== "abandon" || target !== null), out, target));
     }
 
     try {
@@ -486,12 +547,12 @@
         loadRecord(), loadEscalations()]);
       renderStatus(status);
       lastSeq = status.seq;
-      // Every command of seed 002; abandon (a human's only) names the current submission.
-      const target = status.submission === null ? null : { submission: status.submission };
-      commands.replaceChildren(...answerButtons(jobId,
-        COMMANDS.filter((c) => c !== "abandon" || target !== null), out, target));
     } catch (err) {
-      if (!signal.aborted && err.status !== 401) showNotice("Job " + jobId + ": " + err.message);
+      if (!signal.aborted && err.status !== 401) {
+        $("view").hidden = true;  // the notice alone: no skeleton of a job that isn't there
+        $("view").replaceChildren();
+        showNotice("Job " + jobId + ": " + err.message);
+      }
       return;
     }
     follow("/v1/jobs/" + encodeURIComponent(jobId) + "/stream", (name, status) => {
@@ -538,7 +599,7 @@
     let timer = null;
     follow("/ui/api/changes", () => {
       if (timer === null) timer = setTimeout(() => { timer = null; if (!signal.aborted) load(); }, 1500);
-    }, signal);
+    }, signal, () => { if (!signal.aborted) load(); });
   }
 
   function submitView(signal) {
@@ -570,6 +631,11 @@
             (err.code || "error") + ": " + err.message));
         }
       } }, "Show the plan");
+    // An edit makes the plan shown stale: Submit waits for a new preview of the new text.
+    file.addEventListener("input", () => {
+      previewed = null;
+      confirmBtn.disabled = true;
+    });
     setView(h("h1", {}, "Submit a job"),
       h("p", {}, "Paste a job file (TOML, as dispatch submit takes). Its plan is shown before anything is submitted."),
       file, h("div", { class: "buttons" }, previewBtn, confirmBtn), result);
