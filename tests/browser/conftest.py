@@ -36,13 +36,16 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebUp]:
         instance.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def playwright() -> Iterator[Playwright]:
+    """Playwright's sync API, per test module. Its event loop runs in the main thread while
+    it is open, so every later test's ``asyncio.run`` would fail ("cannot be called from a
+    running event loop"): a session-wide instance broke every test after the browser's."""
     with sync_playwright() as p:
         yield p
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     """Headless Chromium from the machine (``chromium``; ``DISPATCH_CHROMIUM`` overrides)."""
     instance = playwright.chromium.launch(

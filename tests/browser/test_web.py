@@ -92,6 +92,18 @@ def _answered_in(page: Page, item: str) -> None:
     )
 
 
+def _answers_become(page: Page, selector: str, answers: list[str]) -> None:
+    """Wait until the inbox item(s) at ``selector`` offer exactly ``answers``. The inbox
+    renders again whenever its change stream (re)connects, so its buttons are read in the
+    page, in one go, rather than from a list being replaced under the test."""
+    page.wait_for_function(
+        "([sel, want]) => JSON.stringify([...document.querySelectorAll(sel + ' button')]"
+        ".map(b => b.dataset.answer)) === want",
+        arg=[selector, json.dumps(answers, separators=(",", ":"))],
+        timeout=30_000,
+    )
+
+
 def test_sign_in_shows_the_actor_the_token_maps_to(up: WebUp, new_page: NewPage) -> None:
     page = new_page(up.api)
     sign_in(page, up.token)
@@ -172,11 +184,7 @@ def test_a_held_job_is_answered_from_the_inbox(
     assert "resubmit, cancel or give up" in item.inner_text()
     # A recovery hold's answers (the core's hold_answers): release can't lift it, so it is
     # not offered; forced, it is refused with the core's reason.
-    assert [b.get_attribute("data-answer") for b in item.locator("button").all()] == [
-        "resubmit",
-        "cancel",
-        "give-up",
-    ]
+    _answers_become(page, f"li.item[data-job='{job_id}']", ["resubmit", "cancel", "give-up"])
     page.screenshot(path=str(screenshots / "inbox.png"), full_page=True)
 
     code, refusal = call(up.api, up.token, "POST", f"/v1/jobs/{job_id}/release", {"reason": "x"})
@@ -272,7 +280,7 @@ def test_a_foreign_object_is_abandoned_from_the_inbox_by_a_person(
     item = page.locator(selector)
     item.wait_for()
     assert "isn't dispatch's" in item.inner_text()  # the core's meaning of foreign:
-    assert [b.get_attribute("data-answer") for b in item.locator("button").all()] == ["abandon"]
+    _answers_become(page, selector, ["abandon"])
 
     up.up.faults.preempt(foreign)  # seed 002: "stop it on the scheduler yourself"
     item.locator("button[data-answer=abandon]").click()
@@ -325,8 +333,7 @@ def test_a_failed_job_shows_what_ran_and_is_superseded_from_the_inbox(
     page.click("#nav-inbox")
     selector = f"li.item[data-job='{job_id}'][data-esc='failed:non-zero-exit']"
     item = page.locator(selector)
-    item.wait_for()
-    assert [b.get_attribute("data-answer") for b in item.locator("button").all()] == ["supersede"]
+    _answers_become(page, selector, ["supersede"])
     item.locator("button[data-answer=supersede]").click()
     page.fill("#confirm-reason", "fixed the exit code")
     page.click("#confirm-ok")

@@ -118,7 +118,13 @@
     if (opts && opts.idempotent) init.headers["Idempotency-Key"] = randomKey();
     const response = await fetch(path, init);
     let data = null;
-    try { data = await response.json(); } catch (e) { data = null; }
+    try {
+      data = await response.json();
+    } catch (e) {
+      // Navigated away mid-answer: the caller's own abort, not an empty answer.
+      if (init.signal && init.signal.aborted) throw e;
+      data = null;
+    }
     if (!response.ok) {
       const err = (data && data.error) || { code: "http-" + response.status,
         message: response.statusText };
@@ -348,7 +354,7 @@
         if (!signal.aborted && err.status !== 401) showNotice("Jobs: " + err.message);
         return;
       }
-      if (mine !== loads) return;
+      if (mine !== loads || !page) return;
       if (clusterSel.options.length === 1) {
         for (const c of page.clusters) {
           clusterSel.append(h("option", { value: c, selected: listState.cluster === c }, c));
