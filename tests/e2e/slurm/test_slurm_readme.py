@@ -16,15 +16,21 @@ its own, ``.venv/bin/dispatch up ...``, is started in the background (its output
 and the shell waits until its API answers, as a person waits for it to say it is ready;
 it is stopped with SIGINT (Ctrl-C) at the end.
 
-README.md's section takes about a minute (an 8-epoch run); the walkthrough about 5 minutes
-(preemption, a lost node, a time limit, completion, then Slurm's own requeue).
+README.md's section takes about a minute (an 8-epoch run); the walkthrough about 6 minutes
+(preemption, a lost node, a time limit, completion, then Slurm's own requeue, then a failover
+to the local cluster with its checkpoints on an S3 server the walkthrough starts).
+
+Whatever happens, the session's background processes (the S3 server) are ended with its
+process group, and every node of the test cluster a command left down is resumed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +39,8 @@ from typing import Final
 import pytest
 
 from tests.e2e.cli.support import REPO
+from tests.e2e.slurm.harness import nodes
+from tests.integration.slurm.test_slurm_support import resume_node
 
 pytestmark = [pytest.mark.slurm, pytest.mark.integration, pytest.mark.e2e]
 
@@ -126,6 +134,11 @@ def run_session(tmp_path: Path, blocks: list[str], timeout_s: float) -> str:
             code = -9
         finally:
             _stop_up(env, root)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(Exception):  # never hide why the session failed
+                for node in nodes():
+                    resume_node(node)
     output = log.read_text(errors="replace")
     assert code == 0, f"exit {code}\n{output[-8000:]}\n--- dispatch up\n{_tail(up_log)}"
     return output
@@ -179,7 +192,9 @@ def test_the_readme_s_run_on_slurm_commands_run_as_written(tmp_path: Path) -> No
 @pytest.mark.timeout(1200)
 def test_the_slurm_walkthrough_s_commands_run_as_written(tmp_path: Path) -> None:
     """The walkthrough's job is preempted, loses a node, hits its time limit, completes
-    with the uninterrupted run's final loss; then the REQUEUE run completes."""
+    with the uninterrupted run's final loss; then the REQUEUE run completes; then the
+    failover job, its Slurm nodes all set down, completes on the local cluster from its
+    publication on S3 with the uninterrupted run's final loss."""
     blocks = sh_blocks((REPO / "examples" / "slurm" / "README.md").read_text())
     assert len(blocks) >= 8, blocks
     assert not [
@@ -190,11 +205,19 @@ def test_the_slurm_walkthrough_s_commands_run_as_written(tmp_path: Path) -> None
     ], "a bare dispatch or python: not on PATH after the install"
     output = run_session(tmp_path, blocks, timeout_s=1100)
     losses = _final_losses(output)
-    assert len(losses) == 2, output[-6000:]
+    assert len(losses) == 4, output[-6000:]
     assert losses[0] == losses[1], f"dispatch's run {losses[0]} vs uninterrupted {losses[1]}"
+    assert losses[2] == losses[3], f"failed over {losses[2]} vs uninterrupted {losses[3]}"
     settled = re.findall(r"^job (digits\S*) settled: (\S+)$", output, re.M)
-    assert [state for _, state in settled] == ["succeeded", "succeeded"], settled
-    assert [job.startswith("digits-requeue-") for job, _ in settled] == [False, True]
+    assert [state for _, state in settled] == ["succeeded"] * 3, settled
+    assert [job.rsplit("-", 1)[0] for job, _ in settled] == [
+        "digits",
+        "digits-requeue",
+        "digits-failover",
+    ], settled
+    # the failover job's local execution: a higher epoch, resumed from the Slurm one's save
+    assert re.search(r"^DISPATCH_EPOCH=2000000$", output, re.M), output[-6000:]
+    assert re.search(r"^resumed exec/\d+-r0-\S+ epoch=1000000 step=\d+$", output, re.M)
     # `dispatch status "$job"`'s history: every cause, in Slurm's words
     for words in ('preempted: "PREEMPTED', 'node-lost: "NODE_FAIL', 'time-limit: "TIMEOUT'):
         assert words in output, words
