@@ -11,6 +11,13 @@ One clusters file (TOML, or JSON) lists every cluster dispatch runs jobs on. Eac
     kill_wait_s = 10
     node_loss_window_s = 60
 
+Every kind also takes ``shared_paths``: the path prefixes of the file systems the cluster's
+jobs see, so a job that may fail over to it (``clusters = [...]`` on a resubmit rule, issue
+14) can be refused when it could not read its checkpoint root there (:func:`sees_checkpoint`).
+An ``s3://`` root is reachable from every cluster. A Slurm or Kubeflow cluster sees no local
+path unless it lists one (``shared_paths = ["/shared"]``); a local cluster runs its jobs on
+this machine and sees every path of it unless it lists some (then only those).
+
 The observer of a cluster and every supervisor replica read the same file, so they build the
 same backend for a cluster (the local backend's objects live in ``data_dir``, which they
 share). :func:`load_clusters` parses and checks it; :func:`make_backend` builds the backend of
@@ -31,6 +38,7 @@ naming the entry.
 from __future__ import annotations
 
 import json
+import posixpath
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -59,6 +67,7 @@ __all__ = [
     "make_backend",
     "parse_clusters",
     "poll_interval_s",
+    "sees_checkpoint",
 ]
 
 
@@ -91,6 +100,12 @@ class ClusterKind(Protocol):
     @property
     def name(self) -> str:
         """The cluster's name."""
+        ...
+
+    @property
+    def shared_paths(self) -> tuple[str, ...] | None:
+        """The path prefixes the cluster's jobs see (``None``: every path of this machine,
+        a local cluster's default)."""
         ...
 
     @property
@@ -143,6 +158,8 @@ class LocalCluster(
         idempotent_start: whether a second start of a launch returns the object the first
             one made (default); ``false`` stands for a scheduler that cannot tell, so a
             launch a crash cut off is left to a person (``all-unknown:<N>``).
+        shared_paths: the path prefixes its jobs see; unset (the default): every path of
+            this machine (see :func:`sees_checkpoint`).
     """
 
     name: str
@@ -154,6 +171,7 @@ class LocalCluster(
     retain_ended_s: float | None = 300.0
     workdir: str | None = None
     idempotent_start: bool = True
+    shared_paths: tuple[str, ...] | None = None
 
     default_poll_interval_s: ClassVar[float] = 1.0
     path_fields: ClassVar[tuple[str, ...]] = ("data_dir", "workdir")
@@ -199,10 +217,12 @@ class LocalCluster(
 
 
 class SlurmCluster(SlurmSettings, frozen=True, kw_only=True, tag_field="backend", tag="slurm"):
-    """A Slurm cluster: its ``name`` and the fields of
+    """A Slurm cluster: its ``name``, the path prefixes its nodes see (``shared_paths``,
+    default none: see :func:`sees_checkpoint`) and the fields of
     :class:`~dispatch_backends.slurm.settings.SlurmSettings` (unknown fields are refused)."""
 
     name: str
+    shared_paths: tuple[str, ...] = ()
 
     default_poll_interval_s: ClassVar[float] = 3.0
     """One poll is three commands (squeue, sinfo, sacct) however many jobs dispatch has, so
@@ -248,11 +268,13 @@ class KubeflowCluster(
     tag_field="backend",
     tag="kubeflow",
 ):
-    """A Kubernetes cluster running Kubeflow Trainer: its ``name`` and the fields of
+    """A Kubernetes cluster running Kubeflow Trainer: its ``name``, the path prefixes its
+    pods see (``shared_paths``, default none: see :func:`sees_checkpoint`) and the fields of
     :class:`~dispatch_backends.kubeflow.settings.KubeflowSettings` (unknown fields are
     refused). Importing this does not load the ``kubernetes`` client."""
 
     name: str
+    shared_paths: tuple[str, ...] = ()
 
     default_poll_interval_s: ClassVar[float] = 5.0
     path_fields: ClassVar[tuple[str, ...]] = ("kubeconfig",)
@@ -400,6 +422,33 @@ def make_backend(cluster: ClusterKind) -> Backend:
         OSError: the local backend's data directory can't be made.
     """
     return cluster.make_backend()
+
+
+S3_SCHEME: Final = "s3://"
+"""A checkpoint root with this prefix is in S3, reachable from every cluster."""
+
+
+def sees_checkpoint(cluster: ClusterKind, root: str) -> bool:
+    """Whether ``cluster``'s jobs can reach the checkpoint root ``root`` (issue 14, part 2).
+
+    An ``s3://`` root: always. A path: when the cluster's ``shared_paths`` is ``None`` (a
+    local cluster that lists none: every path of this machine), or the path, normalised, is
+    one of its prefixes or under one (component by component: ``/shared`` covers
+    ``/shared/ckpt`` but not ``/shared2``). Pure: nothing is read from any file system.
+    """
+    if root.startswith(S3_SCHEME):
+        return True
+    prefixes = cluster.shared_paths
+    if prefixes is None:
+        return True
+    path = posixpath.normpath(root)
+    for prefix in prefixes:
+        base = posixpath.normpath(prefix)
+        if base == "/" and path.startswith("/"):
+            return True
+        if path == base or path.startswith(base.rstrip("/") + "/"):
+            return True
+    return False
 
 
 def declarations_of(cluster: ClusterKind) -> Declarations:

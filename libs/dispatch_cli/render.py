@@ -182,6 +182,8 @@ def plan_lines(plan: Plan) -> list[str]:
             text += " (free if progress)"
         if rule.max_without_progress is not None:
             text += f" (hold after {rule.max_without_progress} without progress)"
+        if rule.clusters:
+            text += f" (fail over: {' -> '.join(rule.clusters)})"
         if rule.enforcer.value == "backend":
             text += " [backend enforces it]"
         if rule.substituted_for is not None:

@@ -47,6 +47,7 @@ from dispatch_core.events import (
     SubmissionWhy,
     Superseded,
 )
+from dispatch_core.failover import staying_cluster
 from dispatch_core.job import Hold, Job, LaunchOutcome
 from dispatch_core.policy import make_plan, validate_spec
 from dispatch_core.state import (
@@ -296,6 +297,7 @@ def _resubmit(job: Job, command: Resubmit, now: datetime) -> tuple[JobEvent, ...
             why=SubmissionWhy.RESUBMIT,
             cause=hold.cause,
             by=command.by,
+            cluster=staying_cluster(job),
         ),
     )
 

@@ -157,12 +157,16 @@ class SubmissionOpened(Event, frozen=True, kw_only=True, tag="submission.opened"
             cessation fact lifted a hold).
         cause: the cause that ended the previous execution, when there was one.
         by: the actor who asked for it (resubmit), when there was one.
+        cluster: the cluster the submission runs on, when it is not ``spec.cluster`` (a
+            failover rule moved the job, issue 14 part 2; later submissions carry it on);
+            ``None``: ``spec.cluster`` (every record written before failover existed).
     """
 
     submission: int
     why: SubmissionWhy
     cause: Cause | None = None
     by: Actor | None = None
+    cluster: str | None = None
 
 
 class LaunchIntended(Event, frozen=True, kw_only=True, tag="launch.intended"):

@@ -552,7 +552,13 @@ def _apply(acc: _Acc, seq: int, ev: JobEvent) -> None:
                     f"submission {ev.submission} opened where submission {expected} was next",
                 )
             acc.submissions.append(
-                Submission(number=ev.submission, opened_at=ev.at, why=ev.why, cause=ev.cause)
+                Submission(
+                    number=ev.submission,
+                    opened_at=ev.at,
+                    why=ev.why,
+                    cause=ev.cause,
+                    cluster=ev.cluster,
+                )
             )
         case GateOpened():
             i, obj = acc.object(seq, ev.ref, "gate.opened")

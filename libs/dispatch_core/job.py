@@ -237,13 +237,18 @@ class Attempt(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Submission(msgspec.Struct, frozen=True, kw_only=True):
-    """One submission of the job: N, why it was opened, and its launch attempts."""
+    """One submission of the job: N, why it was opened, and its launch attempts.
+
+    ``cluster`` is the cluster it runs on when that is not ``spec.cluster`` (a failover,
+    issue 14 part 2), else ``None``; ``dispatch_core.failover.cluster_of`` resolves it.
+    """
 
     number: int
     opened_at: UtcDatetime
     why: str
     cause: Cause | None = None
     attempts: tuple[Attempt, ...] = ()
+    cluster: str | None = None
 
 
 class ObjectRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -538,6 +543,8 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
         history_total: how many transitions the record holds; the ``history`` shown are the
             last of them. 0 in a Status written before the history was bounded, whose
             ``history`` is the whole history (see :attr:`history_count`).
+        cluster: the cluster the current submission runs on (``spec.cluster`` unless a
+            failover moved the job, issue 14 part 2); ``None`` for object-only.
     """
 
     job_id: str
@@ -557,6 +564,7 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
     history_total: int = 0
     published_step: int | None = None
     published_at: UtcDatetime | None = None
+    cluster: str | None = None
 
     @property
     def history_count(self) -> int:

@@ -39,6 +39,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Final, assert_never
 
+from msgspec.structs import replace
+
 from dispatch_core.constants import CESSATION_INTERVAL_S, SUPERVISOR
 from dispatch_core.escalations import EscalationKind
 from dispatch_core.escalations import escalation_id as esc_id
@@ -61,6 +63,7 @@ from dispatch_core.events import (
     SubmissionOpened,
     SubmissionWhy,
 )
+from dispatch_core.failover import current_cluster, failover_cluster, staying_cluster
 from dispatch_core.fold import fold
 from dispatch_core.job import Attempt, Hold, Job, LaunchOutcome, ObjectRecord, Submission
 from dispatch_core.progress import Verdict, fact_for, last_step, observe, verdict
@@ -73,6 +76,7 @@ from dispatch_core.state import (
     Discovery,
     GateState,
     HoldKind,
+    JobSpec,
     ObjectPhase,
     ObjectRef,
     ObservedObject,
@@ -473,7 +477,7 @@ def _vanished_restart(p: _Pass, record: ObjectRecord) -> int | None:
     discovery = p.discovery
     if (
         discovery is None
-        or record.ref.cluster != discovery.cluster
+        or not discovery.covers(record.ref.cluster)
         or record.fenced
         or record.ref not in discovery.vanished
     ):
@@ -518,7 +522,8 @@ def _resume_recovery(p: _Pass) -> None:
         and job.submission is not None
     ):
         recoveries = [r for r in job.recoveries if not r.native]
-        _open_submission(p, SubmissionWhy.RECOVERY, recoveries[-1].cause)
+        last = recoveries[-1]
+        _open_submission(p, SubmissionWhy.RECOVERY, last.cause, job.plan.rules[last.rule])
 
 
 def _resume_decision(p: _Pass) -> None:
@@ -614,7 +619,7 @@ def _decide_ending(p: _Pass, ref: ObjectRef, restart: int, cause: Cause, *, live
                 _recover(p, ref, restart, rule, cause, native=True, free=free)
             elif rule.action is Action.RESUBMIT:
                 _recover(p, ref, restart, rule, cause, native=False, free=free)
-                _open_submission(p, SubmissionWhy.RECOVERY, cause)
+                _open_submission(p, SubmissionWhy.RECOVERY, cause, rule)
             else:
                 _fail(
                     p,
@@ -711,12 +716,24 @@ def _place_no_progress_hold(p: _Pass, rule: PlannedRule, cause: Cause) -> None:
     p.escalate(esc_id(EscalationKind.NO_PROGRESS, limit), reason)
 
 
-def _open_submission(p: _Pass, why: SubmissionWhy, cause: Cause | None) -> None:
+def _open_submission(
+    p: _Pass, why: SubmissionWhy, cause: Cause | None, rule: PlannedRule | None = None
+) -> None:
+    """Open the next submission: on the next cluster of ``rule``'s failover list when a
+    recovery by ``rule`` opens it, else where the job is (``dispatch_core.failover``)."""
     number = len(p.job.submissions) + 1
+    cluster = failover_cluster(p.job, rule) if rule is not None else staying_cluster(p.job)
     p.commit(
         "submission",
         number,
-        SubmissionOpened(job_id=p.job.job_id, at=p.now, submission=number, why=why, cause=cause),
+        SubmissionOpened(
+            job_id=p.job.job_id,
+            at=p.now,
+            submission=number,
+            why=why,
+            cause=cause,
+            cluster=cluster,
+        ),
     )
 
 
@@ -956,7 +973,7 @@ def _ceased(p: _Pass, hold: Hold) -> None:
     if original is Action.RESUBMIT and p.job.spent(rule.rule) < rule.budget:
         restart = max(primary.ended, default=0)
         _recover(p, primary.ref, restart, rule, cause, native=False)
-        _open_submission(p, SubmissionWhy.CEASED, cause)
+        _open_submission(p, SubmissionWhy.CEASED, cause, rule)
     elif original is Action.RESUBMIT:
         _fail(p, primary.ref, cause, _spent(rule, cause.kind), lived_on=False)
     else:
@@ -1046,7 +1063,7 @@ def _launch(p: _Pass) -> None:
             key=p.key("launch", f"{sub.number}/{attempt}"),
             intent=intent,
             name=_name(job.job_id),
-            spec=job.spec,
+            spec=_launch_spec(job),
             generation=job.generation,
             submission=sub.number,
             attempt=attempt,
@@ -1054,6 +1071,13 @@ def _launch(p: _Pass) -> None:
         )
     )
     p.apply(intent)
+
+
+def _launch_spec(job: Job) -> JobSpec:
+    """The spec a launch of the current submission gives its backend: ``spec.cluster`` is the
+    submission's cluster (a failover runs the same spec elsewhere, issue 14 part 2)."""
+    cluster = current_cluster(job)
+    return job.spec if cluster == job.spec.cluster else replace(job.spec, cluster=cluster)
 
 
 def _lost_nodes(p: _Pass) -> tuple[str, ...]:
@@ -1156,7 +1180,7 @@ def _resume_launches(p: _Pass) -> None:
             key=p.key("launch", f"{which}:resume"),
             intent=intent,
             name=_name(job.job_id),
-            spec=job.spec,
+            spec=_launch_spec(job),
             generation=job.generation,
             submission=sub.number,
             attempt=last.attempt,
@@ -1291,10 +1315,12 @@ def _gates(p: _Pass) -> None:
 
 
 def _unconfirmed_others(p: _Pass, primary: ObjectRef) -> list[ObjectRef]:
-    """Other objects of the job on the discovery's cluster whose end the scheduler hasn't
-    confirmed: absent from the discovery (neither shown nor listed vanished) while the record
-    doesn't hold their end, or holds only the fence's (the scheduler never said). Gone is not
-    ended (issue 15): such an object may still run, so a replacement's gate stays closed."""
+    """Other objects of the job whose end the scheduler hasn't confirmed: absent from the
+    discovery (neither shown nor listed vanished) while the record doesn't hold their end,
+    or holds only the fence's (the scheduler never said). Gone is not ended (issue 15): such
+    an object may still run, so a replacement's gate stays closed. An object on a cluster
+    the discovery doesn't cover (the cluster a failover left, whose Discovery is missing)
+    is unconfirmed the same way: nothing says it stopped."""
     discovery = p.discovery
     if discovery is None:
         return []
@@ -1302,9 +1328,10 @@ def _unconfirmed_others(p: _Pass, primary: ObjectRef) -> list[ObjectRef]:
         record.ref
         for record in p.job.unconfirmed_objects()
         if record.ref != primary
-        and record.ref.cluster == discovery.cluster
-        and record.ref not in p.own
-        and record.ref not in discovery.vanished
+        and (
+            not discovery.covers(record.ref.cluster)
+            or (record.ref not in p.own and record.ref not in discovery.vanished)
+        )
         and (record.fenced or not record.ended)
     ]
 
@@ -1420,7 +1447,7 @@ def _stop_unconfirmed(p: _Pass, record: ObjectRecord) -> bool:
     absent from the discovery (not listed vanished) with no end recorded, or only the
     fence's. With no discovery nothing is known, so nothing is escalated."""
     discovery = p.discovery
-    if discovery is None or record.ref.cluster != discovery.cluster:
+    if discovery is None or not discovery.covers(record.ref.cluster):
         return False
     obs = p.own.get(record.ref)
     if obs is not None:
@@ -1490,7 +1517,7 @@ def _unshown_unended(p: _Pass) -> list[str]:
         str(r.ref)
         for r in p.job.unconfirmed_objects()
         if not r.ended
-        and r.ref.cluster == discovery.cluster
+        and discovery.covers(r.ref.cluster)
         and r.ref not in p.own
         and r.ref not in discovery.vanished
     ]

@@ -27,6 +27,7 @@ from dispatch_core.state import (
     PlannedRule,
     RecoveryPolicy,
     Substitution,
+    is_job_id,
 )
 
 __all__ = [
@@ -63,7 +64,11 @@ def validate(policy: RecoveryPolicy) -> None:
     ``none`` (success), ``cancelled`` (a cancel that reached the scheduler is final),
     ``held`` or ``released`` (decisions, not endings); it covers ``unknown`` with an action
     other than hold or escalate (resubmitting on a cause nobody understands is a guess); it
-    covers a cause an earlier rule covers. Nothing else is illegal.
+    covers a cause an earlier rule covers; it lists failover ``clusters`` and is not a
+    resubmit rule (only a new submission can go elsewhere), or lists a name that is not a
+    cluster token or one cluster twice (issue 14, part 2). Nothing else is illegal (whether
+    each listed cluster exists, takes the spec and sees its checkpoint root is the API's
+    check against the clusters file).
 
     Args:
         policy: the policy as submitted.
@@ -109,6 +114,7 @@ def validate(policy: RecoveryPolicy) -> None:
                 f"unknown may only be covered by a hold or escalate rule, not {rule.action}: "
                 "resubmitting on a cause nobody understands is a guess",
             )
+        _validate_clusters(i, rule.action, rule.clusters)
         for kind in rule.on:
             first = covered.get(kind)
             if first is not None and first != i:
@@ -118,6 +124,30 @@ def validate(policy: RecoveryPolicy) -> None:
                     f"{kind} is already covered by rule {first}; a cause has one rule",
                 )
             covered[kind] = i
+
+
+def _validate_clusters(i: int, action: Action, clusters: tuple[str, ...]) -> None:
+    """Refuse rule ``i``'s failover list (see :func:`validate`)."""
+    if not clusters:
+        return
+    if action is not Action.RESUBMIT:
+        raise InvalidPolicy(
+            i,
+            None,
+            f"clusters (failover) is only for a resubmit rule, not {action}: only a new "
+            "submission can run on another cluster",
+        )
+    seen: set[str] = set()
+    for cluster in clusters:
+        if not is_job_id(cluster):
+            raise InvalidPolicy(
+                i,
+                None,
+                f"clusters: {cluster!r} is not a cluster name (lower-case letters, digits and '-')",
+            )
+        if cluster in seen:
+            raise InvalidPolicy(i, None, f"clusters: {cluster!r} is listed twice")
+        seen.add(cluster)
 
 
 MAX_LAUNCH_ATTEMPTS: Final = 1000
@@ -275,6 +305,7 @@ def make_plan(spec: JobSpec, policy: RecoveryPolicy, declarations: Declarations)
                 unenforced=unenforced,
                 free_if_progress=rule.free_if_progress,
                 max_without_progress=rule.max_without_progress,
+                clusters=rule.clusters,
             )
         )
     uncovered = tuple(sorted(COVERABLE_CAUSES - covered, key=_ORDER.__getitem__))

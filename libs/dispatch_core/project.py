@@ -11,6 +11,7 @@ from typing import Final
 from msgspec.structs import replace
 
 from dispatch_core.epoch import epoch
+from dispatch_core.failover import current_cluster
 from dispatch_core.job import STATUS_HISTORY_LIMIT, HoldView, Job, LaunchOutcome, Status
 from dispatch_core.progress import latest_published
 from dispatch_core.state import (
@@ -106,6 +107,7 @@ def project(
         history_total=len(job.history),
         published_step=None if published is None else published.step,
         published_at=None if published is None else (published.read_at or published.at),
+        cluster=current_cluster(job),
     )
 
 
@@ -244,7 +246,7 @@ def settled(job: Job, discovery: Discovery | None) -> bool:
         record.ref in shown
         or record.ref in discovery.vanished
         or (record.ended and not record.fenced)
-        or record.ref.cluster != discovery.cluster
+        or not discovery.covers(record.ref.cluster)
         for record in job.objects
     )
 

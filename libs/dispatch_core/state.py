@@ -302,6 +302,9 @@ class Discovery(msgspec.Struct, frozen=True, kw_only=True):
             any record of (neither listed live nor found where it keeps ends).
         publications: what the job's ``pub/`` listing showed, when the observer read it in
             this poll (issue 14); ``None`` when it didn't (no checkpoint root, or not due).
+        merged: the other clusters whose Discoveries of the job this one merges, beside
+            ``cluster`` (``dispatch_core.failover.merge_discoveries``: a job that failed over
+            has objects on more than one cluster); empty in what an observer publishes.
     """
 
     cluster: str
@@ -310,6 +313,13 @@ class Discovery(msgspec.Struct, frozen=True, kw_only=True):
     objects: tuple[ObservedObject, ...] = ()
     vanished: tuple[ObjectRef, ...] = ()
     publications: Publications | None = None
+    merged: tuple[str, ...] = ()
+
+    def covers(self, cluster: str) -> bool:
+        """Whether this Discovery says what ``cluster``'s scheduler shows: its own
+        ``cluster``, or one of the ``merged`` ones (issue 14, failover). An object on a
+        cluster it doesn't cover is neither shown nor proven absent by it."""
+        return cluster == self.cluster or cluster in self.merged
 
 
 class Publications(msgspec.Struct, frozen=True, kw_only=True):
@@ -465,6 +475,11 @@ class RecoveryRule(msgspec.Struct, frozen=True, kw_only=True):
         max_without_progress: after this many consecutive executions ended by a cause the
             rule covers without advancing the published step, the job is held under a
             recovery hold with escalation ``no-progress:<N>``; ``None``: never.
+        clusters: for a resubmit rule, the clusters to fail over to, in order (issue 14,
+            part 2): the submission a recovery by this rule opens goes to the cluster after
+            the current one in this list (the first when the current one isn't listed; the
+            last stays on the last). Empty: the next submission stays on the current
+            cluster. See ``dispatch_core.failover``.
     """
 
     on: tuple[CauseKind, ...]
@@ -474,6 +489,7 @@ class RecoveryRule(msgspec.Struct, frozen=True, kw_only=True):
     hold_for_s: float = 86400.0
     free_if_progress: bool = False
     max_without_progress: int | None = None
+    clusters: tuple[str, ...] = ()
 
 
 class RecoveryPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -512,6 +528,7 @@ class PlannedRule(msgspec.Struct, frozen=True, kw_only=True):
         unenforced: why nobody enforces it, when nobody does (the job then fails with an
             escalation saying so, seed 000 "An object ending is not the job ending").
         free_if_progress, max_without_progress: the rule's progress settings (issue 14).
+        clusters: the rule's failover clusters, in order (issue 14, part 2; empty: none).
     """
 
     rule: int
@@ -524,6 +541,7 @@ class PlannedRule(msgspec.Struct, frozen=True, kw_only=True):
     unenforced: str | None = None
     free_if_progress: bool = False
     max_without_progress: int | None = None
+    clusters: tuple[str, ...] = ()
 
     @property
     def progress_aware(self) -> bool:

@@ -35,6 +35,8 @@ from dispatch_core.events import (
     LaunchRefused,
     LaunchUnknown,
 )
+from dispatch_core.failover import discovery_clusters
+from dispatch_core.failover import merge_discoveries as merge
 from dispatch_core.fold import fold
 from dispatch_core.job import Job, Status
 from dispatch_core.plan import next_steps
@@ -272,14 +274,28 @@ class Sim:
         return self.record.job(self.now)
 
     def discovery(self) -> Discovery:
-        return Discovery(
-            cluster=CLUSTER,
-            job_id=self.job_id,
-            seen_at=self.seen_at or self.now,
-            objects=tuple(self.objects.values()),
-            vanished=tuple(self.vanished),
-            publications=self.publications,
+        """What the supervisor reads: the Discovery of each cluster the job's pass reads
+        (``discovery_clusters``: one, ``CLUSTER``, unless a failover moved the job), merged
+        as the supervisor merges them. The scheduler's objects and vanished refs go to the
+        Discovery of their own cluster; those of a cluster the pass doesn't read are unseen.
+        """
+        job = self.job
+        clusters = discovery_clusters(job)
+        merged = merge(
+            [
+                Discovery(
+                    cluster=c,
+                    job_id=self.job_id,
+                    seen_at=self.seen_at or self.now,
+                    objects=tuple(o for o in self.objects.values() if o.ref.cluster == c),
+                    vanished=tuple(r for r in self.vanished if r.cluster == c),
+                    publications=self.publications,
+                )
+                for c in clusters
+            ]
         )
+        assert merged is not None  # the current cluster's, at least
+        return merged
 
     def show(self, obj: ObservedObject) -> ObservedObject:
         self.objects[obj.ref] = obj
@@ -339,14 +355,16 @@ class Sim:
         object_id: str | None = None,
         phase: ObjectPhase = ObjectPhase.PENDING,
         gate: GateState = GateState.CLOSED,
+        cluster: str = CLUSTER,
     ) -> ObservedObject:
-        """Show an object of the job's (one the test made appear, e.g. a late launch)."""
+        """Show an object of the job's (one the test made appear, e.g. a late launch), on
+        ``cluster``."""
         if object_id is None:
             object_id = str(self.next_id)
             self.next_id += 1
         return self.show(
             ObservedObject(
-                ref=ObjectRef(cluster=CLUSTER, id=object_id),
+                ref=ObjectRef(cluster=cluster, id=object_id),
                 name=f"dj-{self.job_id}",
                 submission=submission,
                 attempt=attempt,
@@ -368,7 +386,7 @@ class Sim:
             case "lost":
                 return None
             case _:
-                ref = self._made(n, a) or self.own(n, a).ref
+                ref = self._made(n, a) or self.own(n, a, cluster=step.spec.cluster).ref
                 return LaunchRecorded(job_id=job_id, at=at, submission=n, attempt=a, ref=ref)
 
     def _made(self, submission: int, attempt: int) -> ObjectRef | None:
