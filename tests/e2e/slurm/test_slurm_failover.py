@@ -38,6 +38,7 @@ from dispatch_core import (
     RecoveryRule,
     State,
     Status,
+    SubmissionOpened,
     epoch,
 )
 from dispatch_core.state import ObjectRef
@@ -174,7 +175,7 @@ async def test_a_job_whose_slurm_nodes_all_go_down_resumes_on_the_local_cluster_
 
     # 1. it runs on Slurm and publishes saves on S3
     ref1, status1 = await _running(srt, job_id, 1)
-    assert ref1.cluster == CLUSTER
+    assert (ref1.cluster, status1.cluster) == (CLUSTER, CLUSTER)
     assert status1.epoch == epoch(0, 1, 0)
 
     def published() -> None:
@@ -186,8 +187,8 @@ async def test_a_job_whose_slurm_nodes_all_go_down_resumes_on_the_local_cluster_
     # 2. every Slurm node goes down: node-lost, and the next submission runs locally
     with all_nodes_down("dispatch failover test"):
         ref2, status2 = await _running(srt, job_id, 2)
-    assert ref2.cluster == LOCAL, ref2
-    assert status2.epoch == epoch(0, 2, 0)
+    assert (ref2.cluster, status2.cluster) == (LOCAL, LOCAL), (ref2, status2)
+    assert status2.epoch == epoch(0, 2, 0)  # the epoch keeps rising across clusters
 
     # it resumed from the Slurm execution's latest publication on S3
     latest = max(
@@ -221,5 +222,7 @@ async def test_a_job_whose_slurm_nodes_all_go_down_resumes_on_the_local_cluster_
         (1, CLUSTER),
         (2, LOCAL),
     ]
-    assert status.submission == 2
+    opened = [e for e in await srt.events(job_id) if isinstance(e, SubmissionOpened)]
+    assert [(e.submission, e.cluster) for e in opened] == [(1, None), (2, LOCAL)], opened
+    assert (status.submission, status.cluster) == (2, LOCAL)
     assert srt.escalations == []
