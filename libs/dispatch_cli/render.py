@@ -218,6 +218,8 @@ def status_line(status: Status) -> str:
     where = []
     if status.submission is not None:
         where.append(f"submission {status.submission}")
+        if status.cluster is not None:
+            where[-1] += f" on {status.cluster}"
     if status.epoch is not None:
         where.append(f"epoch {status.epoch}")
     if status.objects:
@@ -363,6 +365,8 @@ def event_line(seq: int, event: JobEvent) -> str:
                 what += f", superseding {event.supersedes}"
         case SubmissionOpened():
             what = f"submission {event.submission} opened ({event.why})"
+            if event.cluster is not None:
+                what += f" on {event.cluster}"
         case LaunchRecorded():
             what = (
                 f"launch {event.submission}/{event.attempt} -> {event.ref.cluster}/{event.ref.id}"
@@ -431,7 +435,8 @@ def status_detail(
     lines.append(f"  state       {status.state.value}{'  (settled)' if status.settled else ''}")
     lines.append(f"  cause       {cause_text(status.cause)}")
     if status.submission is not None:
-        lines.append(f"  submission  {status.submission}")
+        on = f" on {status.cluster}" if status.cluster and status.cluster != cluster else ""
+        lines.append(f"  submission  {status.submission}{on}")
     if status.epoch is not None:
         lines.append(f"  epoch       {status.epoch}")
     if status.published_step is not None:

@@ -34,7 +34,7 @@ from typing import Any, Final, NamedTuple, TypeVar
 import msgspec
 
 from dispatch_backends import ClusterConfig, InvalidOption, check_options
-from dispatch_backends.config import SlurmCluster
+from dispatch_backends.config import SlurmCluster, sees_checkpoint
 from dispatch_core import Actor as CoreActor
 from dispatch_core import (
     ActorKind,
@@ -50,6 +50,7 @@ from dispatch_core import (
     OperatorCommand,
     OptionRefused,
     Plan,
+    RecoveryPolicy,
     Refused,
     State,
     Status,
@@ -58,9 +59,12 @@ from dispatch_core import (
     WriterKind,
     decide,
     decode,
+    discovery_clusters,
     fold,
     is_job_id,
     make_plan,
+    merge_discoveries,
+    policy_clusters,
     project,
 )
 from dispatch_nats import (
@@ -360,21 +364,26 @@ class Operations:
         return folded
 
     async def _discovery(self, job: Job) -> Discovery | None:
-        try:
-            entry = await self._discoveries.get((job.spec.cluster, job.job_id))
-        except InvalidName:
-            return None
-        if entry is None:
-            return None
-        try:
-            return decode(entry.payload, Discovery)
-        except DecodeError:
-            log.warning(
-                "discovery.undecodable",
-                extra={"job_id": job.job_id, "seq": entry.seq},
-                exc_info=True,
-            )
-            return None
+        """The Discovery a Status is projected with: the job's current cluster's, merged with
+        every other cluster's where it has an object not known ended (as the supervisor
+        reads it; issue 14, failover)."""
+        found: list[Discovery] = []
+        for cluster in discovery_clusters(job):
+            try:
+                entry = await self._discoveries.get((cluster, job.job_id))
+            except InvalidName:
+                continue
+            if entry is None:
+                continue
+            try:
+                found.append(decode(entry.payload, Discovery))
+            except DecodeError:
+                log.warning(
+                    "discovery.undecodable",
+                    extra={"job_id": job.job_id, "seq": entry.seq},
+                    exc_info=True,
+                )
+        return merge_discoveries(found)
 
     async def _project(self, job: Job) -> Status:
         return project(job, await self._discovery(job), self._clock())
@@ -664,7 +673,62 @@ class Operations:
         except InvalidPolicy as err:
             field = f"policy.rules[{err.rule}]" + (".on" if err.cause else "")
             raise BadRequest(str(err), code="invalid-policy", field=field) from err
+        self._check_failover(req.spec, req.policy)
         return CheckedSubmission(request=req, command=command, plan=plan)
+
+    def _check_failover(self, spec: JobSpec, policy: RecoveryPolicy) -> None:
+        """Refuse a failover the listed clusters can't carry out (issue 14, part 2).
+
+        Every cluster a rule's ``clusters`` lists must be in the clusters file; its backend
+        must accept the spec's options (a failover runs the same spec there); and the
+        checkpoint root, when the spec has one, must be reachable from the job's own cluster
+        and from every listed one (``dispatch_backends.sees_checkpoint``: an ``s3://`` root
+        always, a path only on a cluster whose ``shared_paths`` covers it), or the job
+        could not resume from its checkpoints where it fails over to.
+
+        Raises:
+            BadRequest: ``unknown-cluster`` (field ``policy.rules[i].clusters``), an option
+                a listed cluster's backend refuses (field ``spec.options.<key>``, naming the
+                cluster), or ``unreachable-checkpoint`` (field ``spec.checkpoint``, naming
+                the root and the cluster).
+        """
+        listed = policy_clusters(policy)
+        if not listed:
+            return
+        for i, rule in enumerate(policy.rules):
+            for name in rule.clusters:
+                if name not in self._declarations:
+                    known = ", ".join(self.clusters) or "none is configured"
+                    raise BadRequest(
+                        f"rule {i} fails over to unknown cluster {name!r} (known: {known})",
+                        code="unknown-cluster",
+                        field=f"policy.rules[{i}].clusters",
+                    )
+        for name in listed:
+            config = self._cluster_configs.get(name)
+            if config is None or name == spec.cluster:
+                continue  # spec.cluster's options are checked above
+            try:
+                check_options(config, spec.options)
+            except InvalidOption as err:
+                raise BadRequest(
+                    f"cluster {name!r} (a failover target) would refuse option "
+                    f"{err.key!r}: {err.reason}",
+                    field=f"spec.options.{err.key}",
+                ) from err
+        root = spec.checkpoint
+        if root is None:
+            return
+        for name in (spec.cluster, *listed):
+            config = self._cluster_configs.get(name)
+            if config is not None and not sees_checkpoint(config, root):
+                raise BadRequest(
+                    f"checkpoint root {root!r} is not reachable from cluster {name!r}, which "
+                    "the job may fail over to or from: use an s3:// root, or a path the "
+                    f"clusters file lists in {name!r}'s shared_paths",
+                    code="unreachable-checkpoint",
+                    field="spec.checkpoint",
+                )
 
     async def _submit(self, actor: CoreActor, body: bytes, key: str | None) -> SubmitResponse:
         checked = self.check_submission(actor, body)

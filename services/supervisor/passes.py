@@ -4,7 +4,9 @@ read and written through ``dispatch_nats.RecordRepository`` (its conflict and un
 handling); this module carries out the steps and calls the backend.
 
 1. Read what is new in the record since the cached fold and fold it in (``prior=``); take
-   the latest Discovery of the job's cluster.
+   the latest Discovery of the job's current cluster (its current submission's: a failover
+   moves it, issue 14), merged with that of every other cluster where the job has an object
+   not known ended (``dispatch_core.discovery_clusters``).
 2. ``plan_pass(job, discovery, declarations, now, delivers=...)``.
 3. **Decisions** (``PassPlan.decisions``) are appended together, all or none, with
    ``Nats-Expected-Last-Subject-Sequence`` = the seq the pass planned from
@@ -93,13 +95,16 @@ from dispatch_core import (
     WriterKind,
     cessation_observed,
     conclude,
+    current_cluster,
     decode,
+    discovery_clusters,
     encode,
     escalation_delivered,
     gate_opened,
     is_redundant,
     last_look,
     launch_fact,
+    merge_discoveries,
     plan_pass,
     project,
 )
@@ -354,6 +359,11 @@ class PassExecutor:
             plan = plan_pass(
                 job, discovery, declarations, self._clock(), delivers=self._deliver is not None
             )
+            for step in plan.steps:
+                if isinstance(step, Launch):
+                    # Before any intent is committed: a failover to a cluster this replica
+                    # has no backend for is refused like the job's own cluster.
+                    self._backend(job, step.spec.cluster)
             planned.append((plan, backend, discovery))
             return [Change(f"{d.key}~{self._writer}", d.event) for d in plan.decisions]
 
@@ -397,7 +407,9 @@ class PassExecutor:
                     retry |= not ok
                     appended += n
                 case Launch():
-                    appended += await self._launch(job_id, backend, step)
+                    # A failover's launch goes to its submission's cluster (issue 14).
+                    target = self._backend(self._jobs[job_id], step.spec.cluster)
+                    appended += await self._launch(job_id, target, step)
                 case AskCessation():
                     ok, n = await self._ask_cessation(job_id, backend, step)
                     retry |= not ok
@@ -447,24 +459,34 @@ class PassExecutor:
         except MalformedRecord as err:  # undecodable, refused writer, out of order...
             raise PoisonRecord(job_id, err) from err
 
-    def _backend(self, job: Job) -> Backend:
-        backend = self._backends.get(job.spec.cluster)
+    def _backend(self, job: Job, cluster: str | None = None) -> Backend:
+        """The backend of ``cluster``, by default the job's current cluster (the cluster of
+        its current submission: a failover moves it, issue 14 part 2)."""
+        name = current_cluster(job) if cluster is None else cluster
+        backend = self._backends.get(name)
         if backend is None:
-            raise UnknownCluster(job.job_id, job.spec.cluster, sorted(self._backends))
+            raise UnknownCluster(job.job_id, name, sorted(self._backends))
         return backend
 
     async def _discovery(self, job: Job) -> Discovery | None:
-        entry = await self._discoveries.get((job.spec.cluster, job.job_id))
-        if entry is None:
-            return None
-        try:
-            return decode(entry.payload, Discovery)
-        except DecodeError as err:
-            # The observer wrote it; a newer build's Discovery is refused, never guessed at.
-            log.error(
-                "supervisor.discovery_undecodable", extra={"job_id": job.job_id, "error": str(err)}
-            )
-            return None
+        """The job's Discovery: the current cluster's, merged with that of every other
+        cluster where the job has an object not known ended (the core's
+        ``discovery_clusters``; one read for a job that never failed over)."""
+        found: list[Discovery] = []
+        for cluster in discovery_clusters(job):
+            entry = await self._discoveries.get((cluster, job.job_id))
+            if entry is None:
+                continue
+            try:
+                found.append(decode(entry.payload, Discovery))
+            except DecodeError as err:
+                # The observer wrote it; a newer build's Discovery is refused, never guessed
+                # at.
+                log.error(
+                    "supervisor.discovery_undecodable",
+                    extra={"job_id": job.job_id, "cluster": cluster, "error": str(err)},
+                )
+        return merge_discoveries(found)
 
     # -- writing ----------------------------------------------------------------------------
 
