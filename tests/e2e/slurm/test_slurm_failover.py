@@ -209,6 +209,8 @@ async def test_a_job_whose_slurm_nodes_all_go_down_resumes_on_the_local_cluster_
     expected = await reference
     assert abs(float(final) - expected) <= 1e-6, (final, expected)
     assert srt.output(ref1).count("final loss") == 0  # the Slurm execution never finished
+    last = _publications(slurm_s3, job_id)[-1]  # the local execution published on S3 too
+    assert (last.epoch, last.step) == (epoch(0, 2, 0), EPOCHS), last
 
     # the record: an execution on Slurm ended node-lost, then one on the local cluster
     endings = [e for e in await srt.events(job_id) if isinstance(e, ExecutionEnded)]

@@ -204,10 +204,16 @@ def test_the_slurm_walkthrough_s_commands_run_as_written(tmp_path: Path) -> None
         if re.match(r"^\s*(dispatch|python3?)\s", line)
     ], "a bare dispatch or python: not on PATH after the install"
     output = run_session(tmp_path, blocks, timeout_s=1100)
-    losses = _final_losses(output)
-    assert len(losses) == 4, output[-6000:]
-    assert losses[0] == losses[1], f"dispatch's run {losses[0]} vs uninterrupted {losses[1]}"
-    assert losses[2] == losses[3], f"failed over {losses[2]} vs uninterrupted {losses[3]}"
+    walkthrough, _, failover = output.partition("examples/slurm/digits-failover.toml")
+    # dispatch's run, then the uninterrupted one: equal. (Under load an execution can print
+    # its final loss and still be timed out; the next resumes from its last save and prints
+    # the same loss again: every line equal either way.)
+    losses = _final_losses(walkthrough)
+    assert len(losses) >= 2, walkthrough[-6000:]
+    assert len(set(losses)) == 1, f"dispatch's run vs uninterrupted: {losses}"
+    losses = _final_losses(failover)
+    assert len(losses) == 2, failover[-6000:]
+    assert losses[0] == losses[1], f"failed over {losses[0]} vs uninterrupted {losses[1]}"
     settled = re.findall(r"^job (digits\S*) settled: (\S+)$", output, re.M)
     assert [state for _, state in settled] == ["succeeded"] * 3, settled
     assert [job.rsplit("-", 1)[0] for job, _ in settled] == [
