@@ -1094,7 +1094,14 @@ def _lost_nodes(p: _Pass) -> tuple[str, ...]:
 
 def _refused(p: _Pass, sub: Submission) -> None:
     """Fail the job when the scheduler refused every attempt of a submission (seed 002,
-    ``refused:<N>``), with cause ``launch-failed`` and the last refusal's words."""
+    ``refused:<N>``), with cause ``launch-failed`` and the last refusal's words.
+
+    Unless a failover rule covers ``launch-failed`` (issue 14, part 2): a resubmit rule with
+    ``clusters`` and budget left whose next cluster is another one recovers instead (spending
+    one), and the next submission is launched there. On the last listed cluster, or with the
+    budget spent, the job fails as above: launching again where every attempt was refused
+    would only be refused again.
+    """
     last = sub.attempts[-1]
     cause = Cause(
         kind=CauseKind.LAUNCH_FAILED,
@@ -1102,6 +1109,29 @@ def _refused(p: _Pass, sub: Submission) -> None:
         detail=last.detail,
         at=p.now,
     )
+    rule = p.job.plan.rule_for(CauseKind.LAUNCH_FAILED)
+    if (
+        rule is not None
+        and rule.action is Action.RESUBMIT
+        and rule.unenforced is None
+        and rule.clusters
+        and failover_cluster(p.job, rule) != staying_cluster(p.job)
+        and p.job.spent(rule.rule) < rule.budget
+    ):
+        p.commit(
+            "recovery",
+            f"refused:{sub.number}",
+            RecoveryCommitted(
+                job_id=p.job.job_id,
+                at=p.now,
+                rule=rule.rule,
+                action=Action.RESUBMIT,
+                cause=cause,
+            ),
+        )
+        _open_submission(p, SubmissionWhy.RECOVERY, cause, rule)
+        _launch(p)
+        return
     _outcome(p, State.FAILED, cause)
     p.escalate(
         esc_id(EscalationKind.REFUSED, sub.number),
