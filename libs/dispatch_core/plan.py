@@ -1081,9 +1081,14 @@ def _launch_spec(job: Job) -> JobSpec:
 
 
 def _lost_nodes(p: _Pass) -> tuple[str, ...]:
-    """Nodes of the job's executions that ended ``node-lost``, which a backend may avoid."""
+    """Nodes of the job's executions that ended ``node-lost``, which a backend may avoid: on
+    the cluster the launch goes to only (another cluster's node names mean nothing there, and
+    Slurm refuses an ``--exclude`` naming a node it doesn't have)."""
     nodes: set[str] = set()
+    here = current_cluster(p.job)
     for obs in p.own.values():
+        if obs.ref.cluster != here:
+            continue
         for execution in obs.executions:
             if execution.cause.kind is CauseKind.NODE_LOST:
                 nodes.update(execution.nodes)

@@ -398,3 +398,21 @@ def test_a_submission_refused_on_the_last_cluster_still_fails_refused(
 
 def escalation_ids_of(sim: Sim) -> list[str]:
     return [e.id for e in sim.job.escalations]
+
+
+def test_a_failover_launch_excludes_no_node_of_the_cluster_it_left() -> None:
+    """Nodes lost on c1 are no node of c2's: the launch there excludes none."""
+    sim = _sim(CLUSTER, OTHER)
+    obj = start(sim)
+    sim.end(obj.ref, NODE_LOST)
+    (launch,) = actions(sim.step(), Launch)
+    assert launch.spec.cluster == OTHER
+    assert launch.exclude_nodes == ()
+
+
+def test_a_launch_on_the_same_cluster_still_excludes_its_lost_nodes() -> None:
+    sim = Sim(rule(CauseKind.NODE_LOST, budget=2))
+    obj = start(sim)
+    sim.end(obj.ref, NODE_LOST)
+    (launch,) = actions(sim.step(), Launch)
+    assert launch.exclude_nodes == ("n1", "n2")
