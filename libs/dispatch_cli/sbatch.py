@@ -24,9 +24,10 @@ look in force and not be. Like sbatch, the first line must be ``#!``.
 **The lines** (words split as the shell does, ``# ...`` after them a comment):
 
 * ``#DISPATCH <action> on=<cause>[,<cause>...] [budget=N] [for=DURATION] [enforcer=WHO]
-  [max-without-progress=N]``: one recovery rule (:class:`~dispatch_core.RecoveryRule`), in
-  the order written. ``action`` is ``resubmit``, ``hold``, ``escalate``, ``restart`` or
-  ``requeue``; ``budget`` (default 3) and ``max-without-progress`` only for resubmit,
+  [max-without-progress=N] [clusters=<cluster>[,<cluster>...]]``: one recovery rule
+  (:class:`~dispatch_core.RecoveryRule`), in the order written; ``clusters`` (failover,
+  issue 14 part 2) only for resubmit. ``action`` is ``resubmit``, ``hold``, ``escalate``,
+  ``restart`` or ``requeue``; ``budget`` (default 3) and ``max-without-progress`` only for resubmit,
   restart and requeue; ``for`` (``12h``: when the hold is overdue) only for hold;
   ``enforcer`` is ``supervisor`` (default) or ``backend``.
 * ``#DISPATCH checkpoint=<root>``: ``spec.checkpoint`` (``DISPATCH_CHECKPOINT``; ``{job}``
@@ -151,6 +152,13 @@ def _rule(
             if action not in _BUDGETED:
                 raise _fail(where, line, f"a {action.value} rule has no max-without-progress")
             rule[MAX_WITHOUT_PROGRESS] = _count(where, line, value)
+        elif key == "clusters":
+            if action is not Action.RESUBMIT:
+                raise _fail(where, line, "clusters= (failover) is only for resubmit rules")
+            names = [c.strip() for c in value.split(",")]
+            if not all(names):
+                raise _fail(where, line, f"clusters={value!r}: name clusters, comma-separated")
+            rule["clusters"] = names
         elif key == "enforcer":
             if value not in {e.value for e in Enforcer}:
                 raise _fail(where, line, f"enforcer={value!r}: say supervisor or backend")
@@ -160,7 +168,7 @@ def _rule(
                 where,
                 line,
                 f"unknown key {key!r} for a rule (on=, budget=, for=, enforcer=, "
-                "max-without-progress=)",
+                "max-without-progress=, clusters=)",
             )
     if "on" not in rule:
         raise _fail(where, line, "a rule needs on=CAUSE[,CAUSE...]")

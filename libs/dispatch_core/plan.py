@@ -1081,9 +1081,14 @@ def _launch_spec(job: Job) -> JobSpec:
 
 
 def _lost_nodes(p: _Pass) -> tuple[str, ...]:
-    """Nodes of the job's executions that ended ``node-lost``, which a backend may avoid."""
+    """Nodes of the job's executions that ended ``node-lost``, which a backend may avoid: on
+    the cluster the launch goes to only (another cluster's node names mean nothing there, and
+    Slurm refuses an ``--exclude`` naming a node it doesn't have)."""
     nodes: set[str] = set()
+    here = current_cluster(p.job)
     for obs in p.own.values():
+        if obs.ref.cluster != here:
+            continue
         for execution in obs.executions:
             if execution.cause.kind is CauseKind.NODE_LOST:
                 nodes.update(execution.nodes)
@@ -1094,7 +1099,14 @@ def _lost_nodes(p: _Pass) -> tuple[str, ...]:
 
 def _refused(p: _Pass, sub: Submission) -> None:
     """Fail the job when the scheduler refused every attempt of a submission (seed 002,
-    ``refused:<N>``), with cause ``launch-failed`` and the last refusal's words."""
+    ``refused:<N>``), with cause ``launch-failed`` and the last refusal's words.
+
+    Unless a failover rule covers ``launch-failed`` (issue 14, part 2): a resubmit rule with
+    ``clusters`` and budget left whose next cluster is another one recovers instead (spending
+    one), and the next submission is launched there. On the last listed cluster, or with the
+    budget spent, the job fails as above: launching again where every attempt was refused
+    would only be refused again.
+    """
     last = sub.attempts[-1]
     cause = Cause(
         kind=CauseKind.LAUNCH_FAILED,
@@ -1102,6 +1114,29 @@ def _refused(p: _Pass, sub: Submission) -> None:
         detail=last.detail,
         at=p.now,
     )
+    rule = p.job.plan.rule_for(CauseKind.LAUNCH_FAILED)
+    if (
+        rule is not None
+        and rule.action is Action.RESUBMIT
+        and rule.unenforced is None
+        and rule.clusters
+        and failover_cluster(p.job, rule) != staying_cluster(p.job)
+        and p.job.spent(rule.rule) < rule.budget
+    ):
+        p.commit(
+            "recovery",
+            f"refused:{sub.number}",
+            RecoveryCommitted(
+                job_id=p.job.job_id,
+                at=p.now,
+                rule=rule.rule,
+                action=Action.RESUBMIT,
+                cause=cause,
+            ),
+        )
+        _open_submission(p, SubmissionWhy.RECOVERY, cause, rule)
+        _launch(p)
+        return
     _outcome(p, State.FAILED, cause)
     p.escalate(
         esc_id(EscalationKind.REFUSED, sub.number),

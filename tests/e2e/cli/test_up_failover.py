@@ -130,3 +130,43 @@ def test_a_job_that_loses_its_node_fails_over_to_the_next_cluster_and_finishes(
             up.close()
         finally:
             kill_all(second_dir)
+
+
+def test_a_job_every_launch_of_which_is_refused_fails_over_and_finishes(tmp_path: Path) -> None:
+    """``lab2`` refuses every launch attempt (the local backend's ``refuse_next`` fault): the
+    failover rule covers ``launch-failed``, so submission 2 runs on ``local`` instead of the
+    job failing ``refused:1``."""
+    second_dir = tmp_path / "lab2-objects"
+    clusters = tmp_path / "clusters.toml"
+    clusters.write_text(
+        f'[[clusters]]\nname = "{SECOND}"\nbackend = "local"\ndata_dir = "{second_dir}"\n'
+        "kill_wait_s = 1\n"
+    )
+    up = Up(tmp_path / "data", args=("--clusters", str(clusters)))
+    up.start()
+    try:
+        flag = tmp_path / "flag"
+        Faults(second_dir).refuse_next(3, "no partition takes this job")
+        job_file = tmp_path / "job.toml"
+        job_file.write_text(_job_toml(flag, f"{tmp_path}/ckpt/{{job}}"))
+        job = "refused-1"
+        submitted = up.dispatch("submit", str(job_file), "--job-id", job)
+        assert submitted.code == 0, str(submitted)
+        status = up.wait_status(
+            job, lambda s: s["state"] == "running" and s["cluster"] == "local", timeout_s=120
+        )
+        assert status["submission"] == 2
+        assert status["epoch"] == 2_000_000
+        flag.touch()
+        watched = up.dispatch("watch", job, timeout_s=120)
+        assert watched.code == 0, str(watched)
+        assert f"job {job} settled: succeeded" in watched.out
+        record = up.dispatch("record", job)
+        assert record.out.count("refused") >= 3, record.out
+        assert "submission 2 opened (recovery) on local" in record.out, record.out
+        assert "refused:1" not in record.out, record.out
+    finally:
+        try:
+            up.close()
+        finally:
+            kill_all(second_dir)

@@ -335,3 +335,29 @@ def test_the_command_line_options_go_before_the_script_and_the_rest_to_it(
     assert main(["sbatch", str(script), "--epochs", "3", "--watch"]) == 2
     err = capsys.readouterr().err
     assert f"{script}:2: `#DISPATCH resubmit on=preempted budget=x`" in err, err
+
+
+def test_clusters_on_a_resubmit_line_is_the_failover_list() -> None:
+    """Issue 14, part 2: ``clusters=slurm,local`` is the rule's failover list, in order."""
+    text = _script(
+        "#DISPATCH resubmit on=node-lost,no-capacity,launch-failed budget=3 clusters=slurm,local"
+    )
+    (got,) = parse_directives(text).rules
+    assert got["clusters"] == ["slurm", "local"]
+    policy = msgspec.convert({"rules": [got]}, RecoveryPolicy)
+    validate_policy(policy)
+    assert policy.rules[0].clusters == ("slurm", "local")
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("#DISPATCH hold on=node-lost clusters=slurm,local", "only for resubmit rules"),
+        ("#DISPATCH resubmit on=node-lost clusters=slurm,,local", "comma-separated"),
+    ],
+)
+def test_a_malformed_clusters_is_refused_with_its_line(line: str, words: str) -> None:
+    with pytest.raises(ScriptError) as caught:
+        parse_directives(_script(line), source="t")
+    assert caught.value.message.startswith("t:2: "), caught.value.message
+    assert words in caught.value.message

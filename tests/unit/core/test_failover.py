@@ -348,3 +348,71 @@ def test_merge_keeps_the_current_clusters_identity_and_covers_the_others() -> No
     assert merge_discoveries([a]) is a
     with pytest.raises(ValueError, match="different jobs"):
         merge_discoveries([a, Discovery(cluster="b", job_id="k", seen_at=T0)])
+
+
+# -- refusals -------------------------------------------------------------------------------
+
+
+def _refuse_every_attempt(sim: Sim) -> None:
+    sim.launch_answer = "refused"
+    for _ in range(3):  # max_launch_attempts
+        sim.step()
+        sim.tick(1)
+    sim.launch_answer = "recorded"
+    sim.step()  # every attempt refused: this pass decides
+    sim.tick(1)
+
+
+def test_a_submission_refused_everywhere_fails_over_when_the_rule_covers_launch_failed() -> None:
+    """Every attempt refused on c1 and the failover rule covers launch-failed: the rule
+    recovers (spending one) and the next submission launches on c2, instead of
+    ``refused:<N>``."""
+    sim = _sim(CLUSTER, OTHER)
+    _refuse_every_attempt(sim)
+    job = sim.job
+    assert job.outcome is None
+    assert escalation_ids_of(sim) == []
+    sub = job.submission
+    assert sub is not None
+    assert (sub.number, sub.why, sub.cluster) == (2, "recovery", OTHER)
+    assert sub.cause is not None
+    assert sub.cause.kind is CauseKind.LAUNCH_FAILED
+    assert sim.job.spent(0) == 1
+    sim.step()
+    sim.tick(1)
+    obj = sim.current()
+    assert obj.ref.cluster == OTHER
+    assert _status(sim).state is State.RUNNING
+    assert _epoch(sim) == epoch(0, 2, 0)
+
+
+@pytest.mark.parametrize("clusters", [(CLUSTER,), ()])
+def test_a_submission_refused_on_the_last_cluster_still_fails_refused(
+    clusters: tuple[str, ...],
+) -> None:
+    sim = _sim(*clusters)
+    _refuse_every_attempt(sim)
+    assert sim.job.outcome is State.FAILED
+    assert escalation_ids_of(sim) == ["refused:1"]
+
+
+def escalation_ids_of(sim: Sim) -> list[str]:
+    return [e.id for e in sim.job.escalations]
+
+
+def test_a_failover_launch_excludes_no_node_of_the_cluster_it_left() -> None:
+    """Nodes lost on c1 are no node of c2's: the launch there excludes none."""
+    sim = _sim(CLUSTER, OTHER)
+    obj = start(sim)
+    sim.end(obj.ref, NODE_LOST)
+    (launch,) = actions(sim.step(), Launch)
+    assert launch.spec.cluster == OTHER
+    assert launch.exclude_nodes == ()
+
+
+def test_a_launch_on_the_same_cluster_still_excludes_its_lost_nodes() -> None:
+    sim = Sim(rule(CauseKind.NODE_LOST, budget=2))
+    obj = start(sim)
+    sim.end(obj.ref, NODE_LOST)
+    (launch,) = actions(sim.step(), Launch)
+    assert launch.exclude_nodes == ("n1", "n2")

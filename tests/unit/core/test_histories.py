@@ -30,6 +30,7 @@ from dispatch_core import (
     ObservedObject,
     Provenance,
     State,
+    cluster_of,
     decode_event,
     epoch,
     fold,
@@ -227,7 +228,28 @@ GOLDEN: dict[str, Expected] = {
         ),
         escalations=("no-progress:2",),
     ),
+    "failover-node-lost-then-succeeded.jsonl": Expected(
+        state=State.SUCCEEDED,
+        cause=CauseKind.NONE,
+        submission=2,
+        history=((State.RECOVERING, CauseKind.NODE_LOST), (State.SUCCEEDED, CauseKind.NONE)),
+        objects=(
+            _obj("slurm-a", "100", 1, ObjectPhase.ENDED, kind=CauseKind.NODE_LOST),
+            _obj("local", "101", 2, ObjectPhase.ENDED, kind=CauseKind.NONE),
+        ),
+        settled=True,
+    ),
 }
+
+
+def test_failover_golden_record_keeps_each_submissions_cluster() -> None:
+    """Issue 14, part 2: submission 1 ran on spec.cluster (``cluster`` null), the node-lost
+    rule moved submission 2 to the next listed cluster; the record names both."""
+    job = fold(written(_read("failover-node-lost-then-succeeded.jsonl")), NOW)
+    assert [s.cluster for s in job.submissions] == [None, "local"]
+    assert [cluster_of(job, s) for s in job.submissions] == ["slurm-a", "local"]
+    assert [o.ref.cluster for o in job.objects] == ["slurm-a", "local"]
+    assert job.plan.rules[0].clusters == ("slurm-a", "local")
 
 
 def test_progress_golden_record_keeps_its_budget_arithmetic() -> None:
