@@ -11,6 +11,11 @@ latest publication the Slurm execution made on S3, finishes, and its final loss 
 of the same script run once without interruption (computed in the test, never written down).
 
 The nodes are resumed in a ``finally`` whatever happens (later tests share the cluster).
+
+A second test: Slurm refuses every launch of the job (``sbatch: error: invalid partition
+specified``: its script asks for a partition the cluster doesn't have), and the rule covers
+``launch-failed``: submission 2 runs on the local cluster (where ``#SBATCH`` lines are
+comments) and finishes, instead of the job failing ``refused:1``.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from dispatch_core import (
     ExecutionEnded,
     Job,
     JobSpec,
+    LaunchRefused,
     RecoveryPolicy,
     RecoveryRule,
     State,
@@ -76,14 +82,25 @@ FAILOVER: Final = RecoveryPolicy(
 """The example's policy (``examples/slurm/digits-failover.toml``), on the test's clusters."""
 
 
-def _script() -> str:
+def _script(epochs: int = EPOCHS, epoch_s: float = EPOCH_S, sbatch: str = "") -> str:
     """The batch script: ``#SBATCH`` lines (comments on the local backend), then the
     training, by absolute paths (the two clusters run it in different directories)."""
     return (
         "#!/bin/sh\n"
         "#SBATCH --exclusive\n"
         "#SBATCH --mem=1G\n"
-        f"exec {sys.executable} {TRAIN} --epochs {EPOCHS} --epoch-s {EPOCH_S}\n"
+        f"{sbatch}"
+        f"exec {sys.executable} {TRAIN} --epochs {epochs} --epoch-s {epoch_s}\n"
+    )
+
+
+def _spec(job_id: str, s3_env: dict[str, str], script: str) -> JobSpec:
+    return JobSpec(
+        cluster=CLUSTER,
+        script=script,
+        checkpoint=f"s3://{S3_BUCKET}/{job_id}",
+        options={"time": "60"},  # minutes, far beyond the training; both backends read it
+        env={"PYTHONPATH": PYTHONPATH, "PYTHONUNBUFFERED": "1", **s3_env},
     )
 
 
@@ -164,14 +181,7 @@ async def test_a_job_whose_slurm_nodes_all_go_down_resumes_on_the_local_cluster_
     await srt.observer(cluster=LOCAL)
     await srt.supervisor()
     job_id = f"digits-failover-{secrets.token_hex(3)}"
-    spec = JobSpec(
-        cluster=CLUSTER,
-        script=_script(),
-        checkpoint=f"s3://{S3_BUCKET}/{job_id}",
-        options={"time": "60"},  # minutes, far beyond the training; both backends read it
-        env={"PYTHONPATH": PYTHONPATH, "PYTHONUNBUFFERED": "1", **s3_env},
-    )
-    await srt.submit(job_id, spec, FAILOVER)
+    await srt.submit(job_id, _spec(job_id, s3_env, _script()), FAILOVER)
 
     # 1. it runs on Slurm and publishes saves on S3
     ref1, status1 = await _running(srt, job_id, 1)
@@ -227,4 +237,46 @@ async def test_a_job_whose_slurm_nodes_all_go_down_resumes_on_the_local_cluster_
     opened = [e for e in await srt.events(job_id) if isinstance(e, SubmissionOpened)]
     assert [(e.submission, e.cluster) for e in opened] == [(1, None), (2, LOCAL)], opened
     assert (status.submission, status.cluster) == (2, LOCAL)
+    assert srt.escalations == []
+
+
+@pytest.mark.timeout(600)
+async def test_a_job_slurm_refuses_to_launch_runs_on_the_local_cluster(
+    srt_local: SlurmRuntime,
+    slurm_s3: S3Server,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    srt = srt_local
+    s3_env = slurm_s3.env()
+    for key, value in s3_env.items():
+        monkeypatch.setenv(key, value)
+    await srt.observer()
+    await srt.observer(cluster=LOCAL)
+    await srt.supervisor()
+    job_id = f"digits-refused-{secrets.token_hex(3)}"
+    script = _script(epochs=3, epoch_s=0.0, sbatch="#SBATCH --partition=no-such-partition\n")
+    await srt.submit(job_id, _spec(job_id, s3_env, script), FAILOVER)
+
+    def succeeded(status: Status) -> None:
+        assert status.state is State.SUCCEEDED, status
+
+    status = await srt.wait_status(job_id, succeeded, timeout_s=WAIT_S)
+    assert (status.submission, status.cluster) == (2, LOCAL), status
+    events = await srt.events(job_id)
+    refusals = [e for e in events if isinstance(e, LaunchRefused)]
+    assert refusals, events
+    assert {e.submission for e in refusals} == {1}, refusals
+    assert all("invalid partition" in e.detail.lower() for e in refusals), refusals
+    opened = [e for e in events if isinstance(e, SubmissionOpened)]
+    assert [(e.submission, e.cluster) for e in opened] == [(1, None), (2, LOCAL)], opened
+    job = await srt.job(job_id)
+    (ref,) = [o.ref for o in job.objects if not o.duplicate]  # Slurm made none
+    assert ref.cluster == LOCAL, ref
+    output = srt.output(ref)
+    assert f"DISPATCH_EPOCH={epoch(0, 2, 0)}" in output, output
+    assert "fresh start" in output, output  # nothing was published before
+    assert "final loss" in output, output
+    assert [(p.epoch, p.step) for p in _publications(slurm_s3, job_id)] == [
+        (epoch(0, 2, 0), step) for step in (1, 2, 3)
+    ]
     assert srt.escalations == []
