@@ -187,8 +187,17 @@ class FakeKubelet:
         runner = self._runner
 
         async def shut() -> None:
-            if runner is not None:
-                await runner.cleanup()
+            if runner is None:
+                return
+            # The apiserver keeps its connections alive: cut them (a TLS close would wait for
+            # the peer's close_notify past this loop's end), then let them close.
+            if runner.server is not None:
+                for conn in list(runner.server.connections):
+                    if conn.transport is not None:
+                        conn.transport.abort()
+            await runner.cleanup()
+            for _ in range(3):
+                await asyncio.sleep(0)  # the aborted transports' connection_lost callbacks
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(shut(), loop).result(30)

@@ -577,8 +577,9 @@ class KubeflowBackend:
 
         Raises:
             OutputNotFound: no such TrainJob (never made, or deleted), or another cluster's;
-                the TrainJob ended and its trainer pod is gone (its log with it); the pod, or
-                its log on the node, is gone (the server's 404).
+                the TrainJob ended, or its pods were seen running, and its trainer pod is
+                gone (its log with it); the pod, or its log on the node, is gone (the
+                server's 404).
             Unreachable: the API server could not answer, or the kubelet failed (5xx: the
                 kubelet's words, as the server relays them).
             BackendError: it refused (the server's words, e.g. 403: RBAC lacks
@@ -597,12 +598,22 @@ class KubeflowBackend:
         live = not decode(TrainJob, found).finished
         pod = trainer_pod(await self._pods_of(namespace, name), self._settings.trainer_job)
         phase = ((pod or {}).get("status") or {}).get("phase", "")
-        if pod is None and not live:
-            raise OutputNotFound(
-                self._cluster,
-                f"TrainJob {ref.id} has ended and its trainer node-0 pod is gone "
-                "(deleted, and its log with it)",
-            )
+        if pod is None:
+            with self._lock:
+                ran = [
+                    p.name
+                    for p in self._evidence.get((namespace, name), {}).values()
+                    if p.phase in ("Running", "Succeeded", "Failed")
+                ]
+            # Pods that ran and are gone (an eviction, a TTL, someone) took their logs with
+            # them; a TrainJob never seen running (this process's watches) reads as pending.
+            if ran or not live:
+                when = "has ended and its" if not live else "ran, but its"
+                raise OutputNotFound(
+                    self._cluster,
+                    f"TrainJob {ref.id} {when} trainer node-0 pod is gone (deleted, and its "
+                    "log with it)",
+                )
         if pod is None or phase in ("", "Pending"):
             where = f"TrainJob {ref.id} (its trainer pod has not started)"
             return OutputChunk(data=b"", offset=offset, size=0, live=live, where=where)
