@@ -16,6 +16,7 @@ refuses is a clear error naming the pod, never a traceback.
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import subprocess
 import sys
@@ -126,7 +127,8 @@ class Follower:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        while data := self.proc.stdout.read1(65536):
+        fd = self.proc.stdout.fileno()
+        while data := os.read(fd, 65536):  # as it comes, not when a buffer fills
             self.out += data
 
     def printed(self, want: bytes) -> Callable[[], None]:
