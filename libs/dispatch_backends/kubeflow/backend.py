@@ -577,9 +577,9 @@ class KubeflowBackend:
 
         Raises:
             OutputNotFound: no such TrainJob (never made, or deleted), or another cluster's;
-                the TrainJob ended, or its pods were seen running, and its trainer pod is
-                gone (its log with it); the pod, or its log on the node, is gone (the
-                server's 404).
+                the TrainJob ended, or was suspended after its pods were seen running, and
+                its trainer pod is gone (its log with it); the pod, or its log on the node,
+                is gone (the server's 404).
             Unreachable: the API server could not answer, or the kubelet failed (5xx: the
                 kubelet's words, as the server relays them).
             BackendError: it refused (the server's words, e.g. 403: RBAC lacks
@@ -595,7 +595,8 @@ class KubeflowBackend:
         found = await self._get_trainjob(ref)
         if found is None:
             raise OutputNotFound(self._cluster, f"no TrainJob {ref.id}")
-        live = not decode(TrainJob, found).finished
+        trainjob = decode(TrainJob, found)
+        live = not trainjob.finished
         pod = trainer_pod(await self._pods_of(namespace, name), self._settings.trainer_job)
         phase = ((pod or {}).get("status") or {}).get("phase", "")
         if pod is None:
@@ -605,10 +606,11 @@ class KubeflowBackend:
                     for p in self._evidence.get((namespace, name), {}).values()
                     if p.phase in ("Running", "Succeeded", "Failed")
                 ]
-            # Pods that ran and are gone (an eviction, a TTL, someone) took their logs with
-            # them; a TrainJob never seen running (this process's watches) reads as pending.
-            if ran or not live:
-                when = "has ended and its" if not live else "ran, but its"
+            # Pods that ran and are gone (a TrainJob ended, or suspended: Kueue evicted it)
+            # took their logs with them; a TrainJob never seen running (by this process's
+            # watches) reads as pending, as does one between a JobSet restart's pods.
+            if not live or (ran and trainjob.suspended):
+                when = "has ended and its" if not live else "was suspended after it ran, and its"
                 raise OutputNotFound(
                     self._cluster,
                     f"TrainJob {ref.id} {when} trainer node-0 pod is gone (deleted, and its "

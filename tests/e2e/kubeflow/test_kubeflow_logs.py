@@ -36,8 +36,6 @@ from dispatch_core import (
     ObjectRef,
     RecoveryPolicy,
     RecoveryRule,
-    State,
-    Status,
 )
 from services.api import service as api_service
 from services.api.config import ApiConfig
@@ -158,7 +156,10 @@ async def installation(
     kube_dispatch_token: str,
     kubelet: FakeKubelet,
 ) -> AsyncIterator[LogsInstallation]:
-    with real_simulated(kube_lab, token=kube_dispatch_token, kubelet=kubelet) as (server, cluster):
+    with real_simulated(kube_lab, token=kube_dispatch_token, kubelet=kubelet, max_restarts=1) as (
+        server,
+        cluster,
+    ):
         inst = LogsInstallation(nats_server.url, tmp_path / "inst", server, cluster)
         try:
             await inst.open()
@@ -178,6 +179,19 @@ async def _write(inst: LogsInstallation, name: str, data: bytes) -> str:
             raise AssertionError(str(err)) from err
 
     return await assert_eventually(lambda: asyncio.to_thread(write), timeout_s=60)
+
+
+def _restarted_pod(inst: LogsInstallation, name: str) -> str:
+    """The running node-0 pod of JobSet restart 1 of TrainJob ``name``."""
+    pods = [
+        p["metadata"]["name"]
+        for p in inst.cluster.pods(NS, name)
+        if p["metadata"]["labels"].get("jobset.sigs.k8s.io/restart-attempt") == "1"
+        and p["metadata"]["labels"].get("batch.kubernetes.io/job-completion-index") == "0"
+        and p["status"].get("phase") == "Running"
+    ]
+    assert pods, f"no node-0 pod of restart 1 of {name} runs yet"
+    return str(pods[0])
 
 
 async def test_dispatch_logs_reads_the_trainer_pod_s_bytes_through_observer_api_and_cli(
@@ -251,28 +265,35 @@ async def test_dispatch_logs_reads_the_trainer_pod_s_bytes_through_observer_api_
         await asyncio.to_thread(inst.cluster.write_log, NS, name2, later)
         await assert_eventually(follower.printed(resumed + later), timeout_s=60)
         assert follower.proc.poll() is None  # still following while the TrainJob runs
+        # a pod fails: the JobSet restarts (maxRestarts 1) with new pods, and a new log (the
+        # job fails: no rule covers the non-zero exit; the TrainJob runs on)
+        await asyncio.to_thread(inst.cluster.fail, NS, name2, index=1)
+        pod3 = await assert_eventually(
+            lambda: asyncio.to_thread(_restarted_pod, inst, name2), timeout_s=60
+        )
+        assert pod3 != pod2
+        again = b"restart 1: resumed from step 2 again\n"
+        assert await asyncio.to_thread(inst.cluster.write_log, NS, name2, again) == pod3
+        await assert_eventually(follower.printed(resumed + later + again), timeout_s=60)
         last = b"done\n"
         await asyncio.to_thread(inst.cluster.write_log, NS, name2, last)
-        await asyncio.to_thread(inst.cluster.succeed, NS, name2)  # the execution ends
-
-        def succeeded(status: Status) -> None:
-            assert status.state is State.SUCCEEDED, status
-
-        await inst.wait_status(job, succeeded)
+        await asyncio.to_thread(inst.cluster.succeed, NS, name2)  # the TrainJob ends
         await assert_eventually(follower.ended, timeout_s=60)
         assert follower.proc.returncode == 0
-        assert bytes(follower.out) == resumed + later + last
+        assert bytes(follower.out) == resumed + later + again + last
     finally:
         follower.close()
+    # a read now: the log of the TrainJob's node-0 pod of its latest JobSet restart (the
+    # restart deleted the first pod, and its log with it)
     code, out, err = await inst.dispatch("logs", job, "--execution", "2")
-    assert (code, out) == (0, resumed + later + last), err
-    assert kubelet.log(NS, pod2) == resumed + later + last
+    assert (code, out) == (0, again + last), err
+    assert kubelet.log(NS, pod3) == again + last
 
     # a kubelet that refuses: a clear error naming the pod, no traceback
     kubelet.refuse(5, status=500, message="failed to get container status: runtime is down")
     code, out, err = await inst.dispatch("logs", job)
     assert code != 0
     assert out == b""
-    assert f"pod {NS}/{pod2}" in err
+    assert f"pod {NS}/{pod3}" in err
     assert "runtime is down" in err
     assert "Traceback" not in err
