@@ -157,9 +157,7 @@ class FakeKubelet:
             await self._runner.setup()
             site = web.TCPSite(self._runner, self.host, 0, ssl_context=tls)
             await site.start()
-            server = site._server
-            assert isinstance(server, asyncio.base_events.Server)
-            self.port = server.sockets[0].getsockname()[1]
+            self.port = int(self._runner.addresses[0][1])
 
         def main() -> None:
             asyncio.set_event_loop(loop)
