@@ -7,11 +7,11 @@ imported into several conftests would start one per directory).
 
 from hypothesis import HealthCheck, settings
 
-from tests.servers.pytest_kube_real import kube_dispatch_token, kube_lab, kube_ns
+from tests.servers.pytest_kube_real import kube_dispatch_token, kube_lab, kube_ns, kubelet
 
 # Property tests run on shared 2-core machines and in CI beside real servers: a slow
 # example or slow input generation is load, not a finding. Examples and shrinking unchanged.
 settings.register_profile("dispatch", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("dispatch")
 
-__all__ = ["kube_dispatch_token", "kube_lab", "kube_ns"]
+__all__ = ["kube_dispatch_token", "kube_lab", "kube_ns", "kubelet"]

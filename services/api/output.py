@@ -133,15 +133,24 @@ class OutputClient:
         or (``follow``) until the object has ended and all of it was read. At most ``limit``
         bytes in all (``None``: no bound). ``first``: a chunk already read at ``offset``.
 
+        When the output moves to a new place while it is read (its ``where`` changes: a
+        Kubeflow TrainJob's JobSet restarted, and its new trainer pod keeps a new log), the
+        new place is read from its start: the offset reached was the old place's.
+
         Raises:
             NotFound, OutputUnsupported, StoreDown: as :meth:`read`.
         """
         left = limit
         chunk = first
+        where = first.where if first is not None else None
         while True:
             if chunk is None:
                 want = OUTPUT_CHUNK_LIMIT if left is None else min(left, OUTPUT_CHUNK_LIMIT)
                 chunk = await self.read(ref, stream, offset, want)
+                if where is not None and chunk.where != where and offset > 0:
+                    where, offset, chunk = chunk.where, 0, None
+                    continue
+            where = chunk.where
             yield chunk
             offset = chunk.next_offset
             if left is not None:

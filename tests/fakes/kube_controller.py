@@ -22,6 +22,10 @@ Two kinds of behaviour:
   :meth:`kueue_evict`, :meth:`lose_node`, :meth:`restore_node`, :meth:`delete_node`,
   :meth:`fail_with_reason`, :meth:`expire_finished_jobset` and :meth:`admit`.
 
+With a :class:`~tests.servers.kubelet.FakeKubelet` (``kubelet=``), nodes point at it and the
+pods' containers run there, so the server's pod log requests read what :meth:`write_log`
+printed.
+
 Simplifications (a simulator, not the controllers): pods use ``restartPolicy: Never``; the
 runtime is always a single ``node`` replicated job (Trainer's torch runtime shape) and initializer
 jobs are not simulated; JobSet restarts only with ``max_restarts`` set (``RestartJobSet``, no
@@ -53,6 +57,7 @@ from tests.servers.kube_resources import (
     format_time,
 )
 from tests.servers.kube_store_api import ApiStore
+from tests.servers.kubelet import FakeKubelet
 
 __all__ = ["ADMISSION_GATED_BY", "QUEUE_NAME_LABEL", "ClusterSimulator", "train_job_body"]
 
@@ -107,6 +112,7 @@ class ClusterSimulator:
         trainer_version: TrainerVersion = "v2.3.0",
         max_restarts: int | None = None,
         kueue_admission_gated_by: bool = True,
+        kubelet: FakeKubelet | None = None,
     ) -> None:
         """Create the simulator and its Ready nodes (Kueue's admission webhooks are
         :meth:`kueue_webhook`, for a test that registers it on the server).
@@ -120,11 +126,18 @@ class ClusterSimulator:
                 first failed Job fails the JobSet with ``FailedJobs`` (facts B2).
             kueue_admission_gated_by: whether Kueue's ``AdmissionGatedBy`` feature is on
                 (beta, on by default from Kueue v0.19; facts B4).
+            kubelet: the fake kubelet (``tests/servers/kubelet.py``) every node's kubelet
+                endpoint points at (``status.addresses`` ``InternalIP`` 127.0.0.1 and
+                ``daemonEndpoints``), so the server's pod log requests reach it: a pod's
+                containers are run there when the pod runs, exit when it ends, and are forgotten
+                when it is deleted; :meth:`write_log` prints to a pod. ``None``: nodes have no
+                address, and the server can read no log.
         """
         self.store = store
         self.trainer_version = trainer_version
         self.max_restarts = max_restarts
         self.kueue_admission_gated_by = kueue_admission_gated_by
+        self.kubelet = kubelet
         self.held: set[tuple[str, str]] = set()
         """TrainJobs (namespace, name) that Kueue must not admit until :meth:`admit`."""
         self._next_node = 0
@@ -240,6 +253,15 @@ class ClusterSimulator:
     def add_node(self, name: str) -> JsonObject:
         """Create a Ready node (as its kubelet would register it)."""
         now = format_time(self.store.now())
+        endpoint: JsonObject = {}
+        if self.kubelet is not None:
+            endpoint = {
+                "addresses": [
+                    {"type": "InternalIP", "address": self.kubelet.host},
+                    {"type": "Hostname", "address": name},
+                ],
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kubelet.port}},
+            }
         obj, _ = self.store.create(
             NODES,
             None,
@@ -249,6 +271,7 @@ class ClusterSimulator:
                 "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
                 "spec": {},
                 "status": {
+                    **endpoint,
                     "conditions": [
                         {
                             "type": "Ready",
@@ -258,7 +281,7 @@ class ClusterSimulator:
                             "lastHeartbeatTime": now,
                             "lastTransitionTime": now,
                         }
-                    ]
+                    ],
                 },
             },
         )
@@ -421,6 +444,27 @@ class ClusterSimulator:
             if gone:
                 self.store.delete(NODES, None, node)
             self.settle()
+
+    def write_log(self, namespace: str, name: str, data: bytes, *, index: int = 0) -> str:
+        """The trainer container of TrainJob ``name``'s pod ``index`` (the newest one: of the
+        latest JobSet restart) prints ``data`` on its node (the fake kubelet); returns the
+        pod's name.
+
+        Raises:
+            ValueError: no kubelet, or no such pod has run.
+        """
+        if self.kubelet is None:
+            raise ValueError("the simulator was made without a kubelet")
+        pods = [
+            p
+            for p in self.pods(namespace, name)
+            if _pod_index(p) == str(index) and p["status"].get("phase") not in (None, "Pending")
+        ]
+        if not pods:
+            raise ValueError(f"TrainJob {namespace}/{name} has no pod {index} that ran")
+        pod = max(pods, key=lambda p: p["metadata"]["creationTimestamp"])
+        self.kubelet.write(namespace, pod["metadata"]["name"], data, container=REPLICATED_JOB)
+        return str(pod["metadata"]["name"])
 
     def _pods_on(self, node: str) -> list[JsonObject]:
         items, _, _ = self.store.list_objects(PODS, None, field_selector=f"spec.nodeName={node}")
@@ -623,6 +667,8 @@ class ClusterSimulator:
         self.store.update(
             PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], pod, subresource="status"
         )
+        if self.kubelet is not None:
+            self.kubelet.exit(pod["metadata"]["namespace"], pod["metadata"]["name"])
 
     def _disrupt(self, pod: JsonObject, reason: str, message: str) -> None:
         now = format_time(self.store.now())
@@ -1380,6 +1426,8 @@ class ClusterSimulator:
                 if pod["status"].get("phase") not in ("Succeeded", "Failed"):
                     self._terminate(pod, 143, "Error")  # SIGTERM at the end of the grace period
                 self.store.delete(PODS, ns, name, grace_period_seconds=0)
+                if self.kubelet is not None:
+                    self.kubelet.forget(ns, name)
             return
         if not node:
             ready = sorted(
@@ -1414,6 +1462,8 @@ class ClusterSimulator:
             ]
             for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready"):
                 _set_condition(pod, _pod_condition(kind, "True", "", "", now))
+            if self.kubelet is not None:  # the containers start, then the kubelet says so
+                self.kubelet.run(ns, name, [c["name"] for c in pod["spec"]["containers"]])
             self.store.update(PODS, ns, name, pod, subresource="status")
 
 

@@ -27,6 +27,12 @@ fairness, no watch cache for pods (``--watch-cache-sizes=pods#0``: pod watches a
 etcd, so an etcd compaction (:meth:`KubeApiServer.compact`) expires a resumed watch's
 resourceVersion for real, 410 Expired; 1.20's watch cache grows itself up to 100k events while
 they are fresh, so its own limit can't be reached in a test).
+
+Pod logs: the apiserver reads them from the pod's node's kubelet, as a cluster's does (the
+Node's ``status.addresses`` in kubeadm's order ``InternalIP,ExternalIP,Hostname``, and its
+``status.daemonEndpoints.kubeletEndpoint.Port``), over mutual TLS with the lane's kubelet PKI
+(:attr:`KubeApiServer.kubelet_pki`, ``tests/servers/kube_pki.py``). No kubelet runs here: the
+labelled fake one, ``tests/servers/kubelet.py``, serves the logs a test writes.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tests.servers.kube_crds import lane_crds
+from tests.servers.kube_pki import KubeletPki
 
 __all__ = [
     "ADMIN_TOKEN_USER",
@@ -150,6 +157,8 @@ class KubeApiServer:
         self._etcd: subprocess.Popen[bytes] | None = None
         self._apiserver: subprocess.Popen[bytes] | None = None
         self._logs: list[IO[bytes]] = []
+        self.kubelet_pki = KubeletPki(self.work_dir / "kubelet-pki")
+        """The kubelet PKI the apiserver's kubelet client uses (made by :meth:`start`)."""
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -187,6 +196,7 @@ class KubeApiServer:
             f'{self.admin_token},{ADMIN_TOKEN_USER},{ADMIN_TOKEN_USER},"system:masters"\n'
         )
         self._write_sa_keys()
+        self.kubelet_pki = KubeletPki.create(self.work_dir / "kubelet-pki")
         t0 = time.monotonic()
         self._start_etcd()
         t1 = time.monotonic()
@@ -297,6 +307,11 @@ class KubeApiServer:
                 "--enable-priority-and-fairness=false",
                 "--disable-admission-plugins=ServiceAccount",
                 "--watch-cache-sizes=pods#0",
+                # the kubelet client (pod logs): kubeadm's address order and mutual TLS
+                "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+                f"--kubelet-certificate-authority={self.kubelet_pki.ca_file}",
+                f"--kubelet-client-certificate={self.kubelet_pki.client_cert_file}",
+                f"--kubelet-client-key={self.kubelet_pki.client_key_file}",
                 # no periodic compaction: only compact() expires resourceVersions
                 "--etcd-compaction-interval=0",
                 "--v=1",

@@ -8,6 +8,8 @@ Import them into a ``conftest.py``::
   kube-apiserver 1.20.2 + the lane's CRDs); its start-up time is printed on the terminal.
   Without the binaries (``scripts/kube-apiserver.sh install``) the tests are skipped, or fail
   under ``DISPATCH_REQUIRE_SERVICES=1`` (CI).
+* ``kubelet``: a fake kubelet (TEST DOUBLE, ``tests/servers/kubelet.py``) for one test, trusted
+  by the session's server, for the cluster simulator's nodes to point at (pod logs).
 * ``kube_ns``: a new namespace for one test (the server is shared, so tests keep apart by
   namespace; nothing deletes it: no namespace controller runs, and the session's etcd goes).
 """
@@ -25,8 +27,17 @@ import pytest
 import yaml
 
 from tests.servers.kube import KubeApiServer, KubeLabMissing
+from tests.servers.kubelet import FakeKubelet
 
-__all__ = ["DEPLOY_DIR", "SA_NAME", "SA_NAMESPACE", "kube_dispatch_token", "kube_lab", "kube_ns"]
+__all__ = [
+    "DEPLOY_DIR",
+    "SA_NAME",
+    "SA_NAMESPACE",
+    "kube_dispatch_token",
+    "kube_lab",
+    "kube_ns",
+    "kubelet",
+]
 
 DEPLOY_DIR = Path(__file__).resolve().parent.parent.parent / "deploy" / "kubernetes"
 SA_NAMESPACE = "dispatch-system"
@@ -95,3 +106,10 @@ def kube_ns(kube_lab: KubeApiServer) -> str:
     name = f"t-{secrets.token_hex(4)}"
     kube_lab.ensure_namespace(name)
     return name
+
+
+@pytest.fixture
+def kubelet(kube_lab: KubeApiServer) -> Iterator[FakeKubelet]:
+    """A fake kubelet (TEST DOUBLE) the session's server reaches over its kubelet PKI."""
+    with FakeKubelet(kube_lab.kubelet_pki) as fake:
+        yield fake

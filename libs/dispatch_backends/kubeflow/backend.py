@@ -572,12 +572,18 @@ class KubeflowBackend:
         ``trainer_container``) from byte ``offset``, at most ``limit`` bytes (capped; see
         :mod:`.logs`). ``stream`` is not told apart: Kubernetes keeps one log of both.
         Live until the TrainJob has a ``Complete`` or ``Failed`` condition; before its
-        trainer pod runs, the output is empty.
+        trainer pod runs, the output is empty. The server reads the log from the pod's
+        node's kubelet, which keeps it as long as the pod's container.
 
         Raises:
-            OutputNotFound: no such TrainJob (never made, or deleted), or another cluster's.
-            Unreachable: the API server could not answer.
-            BackendError: it refused (the server's words).
+            OutputNotFound: no such TrainJob (never made, or deleted), or another cluster's;
+                the TrainJob ended, or was suspended after its pods were seen running, and
+                its trainer pod is gone (its log with it); the pod, or its log on the node,
+                is gone (the server's 404).
+            Unreachable: the API server could not answer, or the kubelet failed (5xx: the
+                kubelet's words, as the server relays them).
+            BackendError: it refused (the server's words, e.g. 403: RBAC lacks
+                ``pods/log``).
             ValueError: a negative offset or limit.
         """
         del stream
@@ -589,9 +595,27 @@ class KubeflowBackend:
         found = await self._get_trainjob(ref)
         if found is None:
             raise OutputNotFound(self._cluster, f"no TrainJob {ref.id}")
-        live = not decode(TrainJob, found).finished
+        trainjob = decode(TrainJob, found)
+        live = not trainjob.finished
         pod = trainer_pod(await self._pods_of(namespace, name), self._settings.trainer_job)
         phase = ((pod or {}).get("status") or {}).get("phase", "")
+        if pod is None:
+            with self._lock:
+                ran = [
+                    p.name
+                    for p in self._evidence.get((namespace, name), {}).values()
+                    if p.phase in ("Running", "Succeeded", "Failed")
+                ]
+            # Pods that ran and are gone (a TrainJob ended, or suspended: Kueue evicted it)
+            # took their logs with them; a TrainJob never seen running (by this process's
+            # watches) reads as pending, as does one between a JobSet restart's pods.
+            if not live or (ran and trainjob.suspended):
+                when = "has ended and its" if not live else "was suspended after it ran, and its"
+                raise OutputNotFound(
+                    self._cluster,
+                    f"TrainJob {ref.id} {when} trainer node-0 pod is gone (deleted, and its "
+                    "log with it)",
+                )
         if pod is None or phase in ("", "Pending"):
             where = f"TrainJob {ref.id} (its trainer pod has not started)"
             return OutputChunk(data=b"", offset=offset, size=0, live=live, where=where)
@@ -608,7 +632,14 @@ class KubeflowBackend:
                 _request_timeout=self._settings.request_timeout_s,
             )
         except (ApiException, urllib3.exceptions.HTTPError) as err:
-            raise self._error(f"read the log of pod {namespace}/{pod_name}", err) from err
+            what = f"read the log of pod {namespace}/{pod_name}"
+            if isinstance(err, ApiException) and err.status == 404:
+                raise OutputNotFound(
+                    self._cluster,
+                    f"{what} of TrainJob {ref.id}: gone (the pod, or its container's log on "
+                    f"its node, no longer exists): {_status_words(err)}",
+                ) from err
+            raise self._error(what, err) from err
         data = bytes(answer.data)
         return log_chunk(
             data, offset, limit, asked=asked, live=live, where=f"pod {namespace}/{pod_name}"

@@ -28,7 +28,7 @@ SA_GROUPS = (
 )
 TRAINING_NS = "team-a"
 
-# (verb, group, resource, namespace or "" for cluster-scoped): what
+# (verb, group, resource[/subresource], namespace or "" for cluster-scoped): what
 # libs/dispatch_backends/kubeflow/backend.py calls, and nothing more.
 BACKEND_OPERATIONS = [
     ("create", "trainer.kubeflow.org", "trainjobs", TRAINING_NS),
@@ -46,6 +46,7 @@ BACKEND_OPERATIONS = [
     ("list", "", "pods", TRAINING_NS),
     ("watch", "", "pods", TRAINING_NS),
     ("delete", "", "pods", TRAINING_NS),
+    ("get", "", "pods/log", TRAINING_NS),
     ("list", "", "nodes", ""),
     ("watch", "", "nodes", ""),
 ]
@@ -63,6 +64,8 @@ NOT_NEEDED = [
     ("deletecollection", "trainer.kubeflow.org", "trainjobs", TRAINING_NS),
     ("create", "trainer.kubeflow.org", "trainjobs", "default"),
     ("list", "", "pods", "default"),
+    ("get", "", "pods/log", "default"),
+    ("create", "", "pods/exec", TRAINING_NS),
     ("create", "rbac.authorization.k8s.io", "rolebindings", TRAINING_NS),
     ("update", "jobset.x-k8s.io", "jobsets", TRAINING_NS),
 ]
@@ -94,6 +97,7 @@ def _missing(sent: Any, got: Any, path: str = "") -> list[str]:
 def _can(
     lab: KubeApiServer, verb: str, group: str, resource: str, namespace: str
 ) -> tuple[bool, str]:
+    resource, _, subresource = resource.partition("/")
     review = {
         "apiVersion": "authorization.k8s.io/v1",
         "kind": "SubjectAccessReview",
@@ -104,6 +108,7 @@ def _can(
                 "verb": verb,
                 "group": group,
                 "resource": resource,
+                **({"subresource": subresource} if subresource else {}),
                 **({"namespace": namespace} if namespace else {}),
             },
         },
