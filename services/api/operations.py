@@ -654,7 +654,8 @@ class Operations:
                 check_options(cluster, req.spec.options)
             except InvalidOption as err:
                 raise BadRequest(str(err), field=f"spec.options.{err.key}") from err
-        owner = self._owner(actor, req.spec.owner, cluster)
+        runs_on = (cluster, *(self._cluster_configs.get(n) for n in policy_clusters(req.policy)))
+        owner = self._owner(actor, req.spec.owner, runs_on)
         raw: dict[str, Any] = msgspec.json.decode(body)
         raw["spec"]["owner"] = owner
         command = strict_command(
@@ -909,11 +910,17 @@ class Operations:
             plan=plan,
         )
 
-    def _owner(self, actor: CoreActor, asked: str, cluster: ClusterConfig | None) -> str:
+    def _owner(self, actor: CoreActor, asked: str, clusters: Sequence[ClusterConfig | None]) -> str:
         """The ``spec.owner`` of a submission by ``actor`` (issue 16): its Unix user.
 
+        Args:
+            actor: who submits.
+            asked: the body's ``spec.owner`` (empty: none asked).
+            clusters: every cluster the job may run on: ``spec.cluster`` and each cluster a
+                failover rule lists (issue 14, part 2); ``None`` for one not configured.
+
         Raises:
-            Forbidden: the body asks for another owner than the actor's Unix user, or the
+            Forbidden: the body asks for another owner than the actor's Unix user, or a
                 cluster's backend may not act for that user (its ``users``).
         """
         mine = self._unix_users.get(actor.name, "")
@@ -924,13 +931,14 @@ class Operations:
                 f"(the tokens file maps it to {mapped})",
                 field="spec.owner",
             )
-        if mine and isinstance(cluster, SlurmCluster):
-            refused = cluster.refuse_owner(mine)
-            if refused is not None:
-                raise Forbidden(
-                    f"cluster {cluster.name!r}: {refused} (actor {actor.name!r})",
-                    field="spec.owner",
-                )
+        for cluster in clusters:
+            if mine and isinstance(cluster, SlurmCluster):
+                refused = cluster.refuse_owner(mine)
+                if refused is not None:
+                    raise Forbidden(
+                        f"cluster {cluster.name!r}: {refused} (actor {actor.name!r})",
+                        field="spec.owner",
+                    )
         return mine
 
     def _check_owner(self, actor: CoreActor, job_id: str, command: str, owner: str) -> None:

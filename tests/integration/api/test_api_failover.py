@@ -103,3 +103,25 @@ async def test_clusters_on_a_hold_rule_is_an_invalid_policy(failover_api: Api) -
     assert error["code"] == "invalid-policy"
     assert error["field"] == "policy.rules[0]"
     assert "only for a resubmit rule" in error["message"]
+
+
+async def test_an_owner_a_listed_slurm_cluster_may_not_act_for_is_refused_naming_it(
+    failover_api: Api,
+) -> None:
+    """A job may fail over to a Slurm cluster only if dispatch may act for its owner there
+    too (issue 16, item 1): alice maps to Unix user ``alice``, the ``slurm`` entry may act
+    for ``bob`` only, so a failover from ``local`` to ``slurm`` is refused at the door."""
+    failover_api.ops._unix_users["alice"] = "alice"
+    failover_api.ops._cluster_configs["slurm"] = SlurmCluster(
+        name="slurm", shared_paths=("/shared",), users=("bob",)
+    )
+    body = _body("owned", "/shared/ckpt/{job}", ["local", "slurm"])
+    reply = await failover_api.call("POST", "/v1/jobs", body=body)
+    assert reply.status == 403, reply.text
+    assert reply.error["field"] == "spec.owner"
+    assert "'slurm'" in reply.error["message"]
+    assert "'alice'" in reply.error["message"]
+    assert await failover_api.events("owned") == []
+    # The same job without the failover rule runs on local, which may: accepted.
+    accepted = await failover_api.submit(spec={**SPEC, "checkpoint": "/shared/ckpt/{job}"})
+    assert accepted["job_id"]
