@@ -95,6 +95,7 @@ class JobIndex:
         discoveries: LatestStore,
         load: Callable[[str], Awaitable[Job | None]],
         project: Callable[[Job], Awaitable[Status]],
+        configured: Collection[str] = (),
         concurrency: int = 32,
         catch_up_s: float = 5.0,
     ) -> None:
@@ -106,6 +107,8 @@ class JobIndex:
             load: fold a job's record to its end (None: no record); raises
                 :class:`UnreadableRecord` for a record that can't be read.
             project: the Status of a folded record (with its latest Discovery, now).
+            configured: the clusters the API is configured with (a listing by any other
+                cluster, unless a job is on it, is refused).
             concurrency: most records folded at once.
             catch_up_s: seconds a listing waits for the feeds to reach the streams' last
                 seqs before building the index again.
@@ -115,6 +118,7 @@ class JobIndex:
         self._discoveries = discoveries
         self._load_job = load
         self._project = project
+        self._configured = frozenset(configured)
         self._concurrency = concurrency
         self._catch_up_s = catch_up_s
         self._lock = asyncio.Lock()
@@ -388,9 +392,13 @@ class JobIndex:
         their facts (:meth:`with_facts`); and every job whose record can't be read.
 
         Raises:
+            BadRequest: a cluster that is neither configured nor any job's (code
+                ``unknown-cluster``, field ``cluster``), as a submission naming it is refused.
             NatsStoreError: the stores didn't answer.
         """
         await self._current()
+        if clusters:
+            await self._refuse_unknown(clusters)
         rows = [self._jobs[j] for j in self._sorted()]
         if states:
             rows = [r for r in rows if r.state in states]
@@ -404,6 +412,26 @@ class JobIndex:
         ]
         unreadable = tuple(self._unreadable[j] for j in sorted(self._unreadable))
         return rows, unreadable
+
+    async def _refuse_unknown(self, clusters: Collection[str]) -> None:
+        """Refuse a listing by a cluster neither configured nor any job's: a typo would
+        otherwise list no jobs, as if the cluster had none. A cluster dropped from the
+        configuration is still known while jobs of it remain (their records say so; the
+        jobs whose cluster isn't known yet are folded, only on this path)."""
+        strange = set(clusters) - self._configured
+        if not strange:
+            return
+        await self._bounded([j for j in self._jobs if self.cluster_known(j) is None], self._fold)
+        held = {c for c in map(self.cluster_known, self._jobs) if c is not None}
+        strange -= held
+        if strange:
+            names = ", ".join(repr(c) for c in sorted(strange))
+            known = ", ".join(sorted(self._configured | held)) or "none is configured"
+            raise BadRequest(
+                f"unknown cluster{'s' if len(strange) > 1 else ''} {names} (known: {known})",
+                code="unknown-cluster",
+                field="cluster",
+            )
 
     async def facts(self, job_id: str) -> JobFacts | None:
         """The job's facts (its record folded once, the first time they are asked for);

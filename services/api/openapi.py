@@ -235,7 +235,9 @@ def _paths() -> dict[str, Any]:
                         "JobList",
                     ),
                     "400": _error(
-                        "An unknown state, a bad `after`, `offset` or `limit` (`field` names it)."
+                        "An unknown state, a bad `after`, `offset` or `limit` (`field` names "
+                        "it); a `cluster` neither configured nor any job's (`unknown-cluster`: "
+                        "the message names the known clusters)."
                     ),
                     "401": _UNAUTHORIZED,
                     "default": _DEFAULT,

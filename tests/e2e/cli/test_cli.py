@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from dispatch_cli.errors import EXIT_INVALID
 from dispatch_core import COVERABLE_CAUSES
 from tests.e2e.cli.conftest import JobFile
 from tests.e2e.cli.support import (
@@ -626,9 +627,14 @@ def test_status_lists_cluster_age_and_checkpoint_filtered_and_a_page_at_a_time(
             "status", "--after", "zzpage-0", "--cluster", "local", "--state", "running"
         )
         assert [line.split()[0] for line in filtered.out.splitlines()[1:]] == ids
+        # A cluster the API doesn't know is said, not listed as if it had no jobs.
         elsewhere = up.dispatch("status", "--after", "zzpage-0", "--cluster", "mars")
-        assert elsewhere.code == 0, str(elsewhere)
-        assert elsewhere.out.strip() == "no jobs match"
+        assert elsewhere.code == EXIT_INVALID, str(elsewhere)
+        assert elsewhere.out == "", str(elsewhere)
+        assert elsewhere.err.strip() == (
+            "error: invalid request (400 unknown-cluster) (field cluster): "
+            "unknown cluster 'mars' (known: local)"
+        ), str(elsewhere)
         settled = up.dispatch("status", "--after", "zzpage-0", "--state", "succeeded")
         assert "zzpage" not in settled.out
 
