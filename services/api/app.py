@@ -45,6 +45,7 @@ from services.api.output import (
     execution_object,
     wait_for_object,
 )
+from services.api.query import query_bool, query_int
 from services.api.schemas import COMMAND_REQUESTS, ErrorBody, ErrorDetail
 from services.api.web import mount as mount_web
 from services.common.http import health_app
@@ -202,48 +203,17 @@ async def _status(request: web.Request) -> web.Response:
 
 async def _record(request: web.Request) -> web.Response:
     request.app[_AUTH].authenticate(request.headers.get("Authorization"))
-    raw = request.query.get("after", "0")
-    try:
-        after = int(raw)
-    except ValueError:
-        after = -1
-    if not 0 <= after <= MAX_SEQ:
-        raise BadRequest(f"after must be an integer in 0..{MAX_SEQ}, got {raw!r}", field="after")
+    after = query_int(request.query, "after", 0, MAX_SEQ) or 0
     return _json(await request.app[_OPS].record(request.match_info["job"], after))
 
 
 async def _escalations(request: web.Request) -> web.Response:
     request.app[_AUTH].authenticate(request.headers.get("Authorization"))
-    raw = request.query.get("delivered")
-    delivered: bool | None = None
-    if raw is not None:
-        if raw not in ("true", "false"):
-            raise BadRequest(f"delivered must be true or false, got {raw!r}", field="delivered")
-        delivered = raw == "true"
+    delivered = query_bool(request.query, "delivered")
     job_id = request.query.get("job")
     if job_id is not None and not is_job_id(job_id):
         raise BadRequest(f"{job_id!r} is not a job id", field="job")
     return _json(await request.app[_OPS].escalations(delivered=delivered, job_id=job_id))
-
-
-def _query_int(request: web.Request, name: str, low: int, high: int) -> int | None:
-    raw = request.query.get(name)
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        value = low - 1
-    if not low <= value <= high:
-        raise BadRequest(f"{name} must be an integer in {low}..{high}, got {raw!r}", field=name)
-    return value
-
-
-def _query_bool(request: web.Request, name: str) -> bool:
-    raw = request.query.get(name, "false")
-    if raw not in ("true", "false"):
-        raise BadRequest(f"{name} must be true or false, got {raw!r}", field=name)
-    return raw == "true"
 
 
 def _gone(request: web.Request) -> bool:
@@ -260,10 +230,10 @@ async def _logs(request: web.Request) -> web.StreamResponse:
     output = request.app[_OUTPUT]
     ops = request.app[_OPS]
     job_id = request.match_info["job"]
-    execution = _query_int(request, "execution", 1, MAX_SEQ)
-    offset = _query_int(request, "offset", 0, _MAX_OFFSET) or 0
-    limit = _query_int(request, "limit", 0, _MAX_OFFSET)
-    follow = _query_bool(request, "follow")
+    execution = query_int(request.query, "execution", 1, MAX_SEQ)
+    offset = query_int(request.query, "offset", 0, _MAX_OFFSET) or 0
+    limit = query_int(request.query, "limit", 0, _MAX_OFFSET)
+    follow = query_bool(request.query, "follow") or False
     raw_stream = request.query.get("stream", OutputStream.STDOUT.value)
     try:
         stream = OutputStream(raw_stream)
