@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, ParamSpec, Self, TypeVar
+from typing import Any, Final, ParamSpec, Self, TypeVar, cast
 
 import msgspec
 
@@ -295,6 +295,20 @@ class Client:
         return self.command(job_id, "supersede", body)
 
 
+async def _in_threads(items: Iterator[T], close: Callable[[], None]) -> AsyncIterator[T]:
+    """Yield a blocking iterator's items, each read in a worker thread (the event loop never
+    blocks on the network), then ``close`` it (in a thread too), however the caller stops."""
+    done = object()
+    try:
+        while True:
+            item = await asyncio.to_thread(next, items, done)
+            if item is done:
+                return
+            yield cast(T, item)
+    finally:
+        await asyncio.to_thread(close)
+
+
 def _decode_status(job_id: str, data: str) -> Status:
     try:
         return _STATUS.decode(data)
@@ -375,16 +389,8 @@ class AsyncClient:
     async def watch(self, job_id: str, *, read_timeout_s: float = 60.0) -> AsyncIterator[Status]:
         """See :meth:`Client.watch`: ``async for status in api.watch(job)``."""
         statuses = self._sync.watch(job_id, read_timeout_s=read_timeout_s)
-        done = object()
-        try:
-            while True:
-                item = await asyncio.to_thread(next, statuses, done)
-                if item is done:
-                    return
-                assert isinstance(item, Status)
-                yield item
-        finally:
-            statuses.close()
+        async for status in _in_threads(statuses, statuses.close):
+            yield status
 
     async def logs(
         self,
@@ -406,17 +412,8 @@ class AsyncClient:
             follow=follow,
             limit=limit,
         )
-        chunks = iter(answer)
-        done = object()
-        try:
-            while True:
-                data = await asyncio.to_thread(next, chunks, done)
-                if data is done:
-                    return
-                assert isinstance(data, bytes)
-                yield data
-        finally:
-            await asyncio.to_thread(answer.close)
+        async for data in _in_threads(iter(answer), answer.close):
+            yield data
 
     async def command(
         self, job_id: str, command: str, body: Mapping[str, Any], *, key: str | None = None

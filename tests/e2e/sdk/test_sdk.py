@@ -50,7 +50,10 @@ def test_submit_status_list_record_and_watch_until_it_settles(up: Up, tmp_path: 
         assert [(j.job_id, j.cluster) for j in page.jobs] == [(job, "local")]
         assert (page.total, page.next_after) == (1, None)
         assert page.jobs[0].created_at is not None
-        assert api.list(clusters=["mars"]).total == 0
+        with pytest.raises(ApiError) as unknown:  # a typo is said, not an empty list
+            api.list(clusters=["mars"])
+        assert (unknown.value.status, unknown.value.code) == (400, "unknown-cluster")
+        assert unknown.value.api_message == "unknown cluster 'mars' (known: local)"
         assert api.record(job).events[0].event.job_id == job
 
         seen: list[Status] = []
