@@ -694,6 +694,8 @@ class Embedded:
                     # Tell whoever runs `up` at once when a job waits for them (issue 15);
                     # NOTIFIER_HELD_NOTICES=false in up's environment turns it off.
                     "HELD_NOTICES": self.base_env.get("NOTIFIER_HELD_NOTICES", "true"),
+                    # Its answers name the CLI as this terminal runs it.
+                    "ANSWER_COMMAND": program(),
                 },
                 "notifier (escalations to "
                 + (

@@ -329,6 +329,8 @@ def test_a_recovery_hold_is_answered_by_resubmit_and_give_up(up: Up, job_file: J
     # Held notices are on under `dispatch up` (issue 15): the notifier tells the terminal
     # channel at once that the job waits for a person; it is no escalation in the record.
     eventually(lambda: _assert_in(f"dispatch job {job}: held:1:", up.output()), timeout_s=30)
+    # ... with answers naming the CLI as this terminal runs it (NOTIFIER_ANSWER_COMMAND)
+    assert f'{PROGRAM} resubmit {job} --reason "..."' in up.output(), up.output()
     answers = [
         f'{PROGRAM} resubmit {job} --reason "..."',
         f'{PROGRAM} cancel {job} --reason "..."',
