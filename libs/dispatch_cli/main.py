@@ -50,7 +50,7 @@ from dispatch_cli.render import (
 from dispatch_cli.sbatch import build_sbatch_submission, plan_summary
 from dispatch_cli.watching import Watcher
 from dispatch_core import JobCreated, State, escalation_open
-from dispatch_sdk import Client
+from dispatch_sdk.client import Client  # the submodule: dispatch_sdk imports dispatch_cli
 
 __all__ = ["cli", "main"]
 
