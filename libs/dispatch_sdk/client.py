@@ -6,10 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Generator,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, ParamSpec, Self, TypeVar, cast
+from typing import Any, Concatenate, Final, ParamSpec, Self, TypeVar, cast
 
 import msgspec
 
@@ -316,6 +324,22 @@ def _decode_status(job_id: str, data: str) -> Status:
         raise CliError(f"a Status of job {job_id} can't be read by this SDK: {err}") from err
 
 
+def _in_thread(
+    method: Callable[Concatenate[Client, P], T],
+) -> Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, T]]:
+    """``method`` of :class:`Client` as a method of :class:`AsyncClient`: awaited, run in a
+    worker thread on the async client's own :class:`Client`."""
+
+    async def call(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await asyncio.to_thread(method, self._sync, *args, **kwargs)
+
+    call.__name__ = method.__name__
+    call.__qualname__ = f"AsyncClient.{method.__name__}"
+    call.__doc__ = f"See :meth:`Client.{method.__name__}`."
+    call.__wrapped__ = method  # type: ignore[attr-defined]  # inspect.signature: Client's
+    return call
+
+
 class AsyncClient:
     """dispatch's API for asyncio code: :class:`Client`'s methods, awaited (each request runs
     in a worker thread, so the event loop never blocks); :meth:`watch` is an async iterator.
@@ -339,52 +363,22 @@ class AsyncClient:
     ) -> None:
         return None
 
-    async def _run(self, call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        return await asyncio.to_thread(call, *args, **kwargs)
-
-    async def submit(
-        self,
-        job: Mapping[str, Any] | str | Path,
-        *,
-        cluster: str | None = None,
-        name: str | None = None,
-        job_id: str | None = None,
-        reason: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> SubmitResponse:
-        """See :meth:`Client.submit`."""
-        return await self._run(
-            self._sync.submit, job, cluster=cluster, name=name, job_id=job_id, reason=reason,
-            idempotency_key=idempotency_key,
-        )  # fmt: skip
-
-    async def status(self, job_id: str) -> Status:
-        """See :meth:`Client.status`."""
-        return await self._run(self._sync.status, job_id)
-
-    async def list(
-        self,
-        states: Sequence[State] = (),
-        *,
-        clusters: Sequence[str] = (),
-        after: str | None = None,
-        offset: int | None = None,
-        limit: int | None = None,
-    ) -> JobList:
-        """See :meth:`Client.list`."""
-        return await self._run(
-            self._sync.list, states, clusters=clusters, after=after, offset=offset, limit=limit
-        )
-
-    async def record(self, job_id: str, after: int = 0) -> RecordResponse:
-        """See :meth:`Client.record`."""
-        return await self._run(self._sync.record, job_id, after)
-
-    async def escalations(
-        self, job_id: str | None = None, *, delivered: bool | None = None
-    ) -> EscalationList:
-        """See :meth:`Client.escalations`."""
-        return await self._run(self._sync.escalations, job_id, delivered=delivered)
+    # Each request runs Client's method in a worker thread (:func:`_in_thread`): the same
+    # arguments (typed from Client's), the same errors.
+    submit = _in_thread(Client.submit)
+    status = _in_thread(Client.status)
+    list = _in_thread(Client.list)
+    record = _in_thread(Client.record)
+    escalations = _in_thread(Client.escalations)
+    command = _in_thread(Client.command)
+    hold = _in_thread(Client.hold)
+    release = _in_thread(Client.release)
+    resubmit = _in_thread(Client.resubmit)
+    cancel = _in_thread(Client.cancel)
+    give_up = _in_thread(Client.give_up)
+    emergency_stop = _in_thread(Client.emergency_stop)
+    abandon = _in_thread(Client.abandon)
+    supersede = _in_thread(Client.supersede)
 
     async def watch(self, job_id: str, *, read_timeout_s: float = 60.0) -> AsyncIterator[Status]:
         """See :meth:`Client.watch`: ``async for status in api.watch(job)``."""
@@ -403,7 +397,7 @@ class AsyncClient:
         limit: int | None = None,
     ) -> AsyncIterator[bytes]:
         """See :meth:`Client.logs`: ``async for data in api.logs(job, follow=True)``."""
-        answer = await self._run(
+        answer = await asyncio.to_thread(
             self._sync.logs,
             job_id,
             execution=execution,
@@ -414,58 +408,3 @@ class AsyncClient:
         )
         async for data in _in_threads(iter(answer), answer.close):
             yield data
-
-    async def command(
-        self, job_id: str, command: str, body: Mapping[str, Any], *, key: str | None = None
-    ) -> CommandResponse:
-        """See :meth:`Client.command`."""
-        return await self._run(self._sync.command, job_id, command, body, key=key)
-
-    async def hold(
-        self, job_id: str, reason: str, *, for_s: float | None = None
-    ) -> CommandResponse:
-        """See :meth:`Client.hold`."""
-        return await self._run(self._sync.hold, job_id, reason, for_s=for_s)
-
-    async def release(self, job_id: str, reason: str) -> CommandResponse:
-        """See :meth:`Client.release`."""
-        return await self._run(self._sync.release, job_id, reason)
-
-    async def resubmit(self, job_id: str, reason: str) -> CommandResponse:
-        """See :meth:`Client.resubmit`."""
-        return await self._run(self._sync.resubmit, job_id, reason)
-
-    async def cancel(self, job_id: str, reason: str) -> CommandResponse:
-        """See :meth:`Client.cancel`."""
-        return await self._run(self._sync.cancel, job_id, reason)
-
-    async def give_up(self, job_id: str, reason: str) -> CommandResponse:
-        """See :meth:`Client.give_up`."""
-        return await self._run(self._sync.give_up, job_id, reason)
-
-    async def emergency_stop(self, job_id: str, reason: str) -> CommandResponse:
-        """See :meth:`Client.emergency_stop`."""
-        return await self._run(self._sync.emergency_stop, job_id, reason)
-
-    async def abandon(
-        self,
-        job_id: str,
-        reason: str,
-        *,
-        submission: int | None = None,
-        attempt: int | None = None,
-        foreign: tuple[str, str] | None = None,
-    ) -> CommandResponse:
-        """See :meth:`Client.abandon`."""
-        return await self._run(
-            self._sync.abandon, job_id, reason, submission=submission, attempt=attempt,
-            foreign=foreign,
-        )  # fmt: skip
-
-    async def supersede(
-        self, job_id: str, reason: str, *, new_job_id: str | None = None, name: str | None = None
-    ) -> CommandResponse:
-        """See :meth:`Client.supersede`."""
-        return await self._run(
-            self._sync.supersede, job_id, reason, new_job_id=new_job_id, name=name
-        )
