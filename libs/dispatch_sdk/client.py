@@ -17,7 +17,7 @@ from collections.abc import (
 )
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Concatenate, Final, ParamSpec, Self, TypeVar, cast
+from typing import Any, Concatenate, Final, ParamSpec, Protocol, Self, TypeVar, cast
 
 import msgspec
 
@@ -40,6 +40,8 @@ __all__ = ["AsyncClient", "Client"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+C = TypeVar("C", bound=Callable[..., object])
 
 _STATUS: Final = msgspec.json.Decoder(Status)
 
@@ -317,6 +319,37 @@ async def _in_threads(items: Iterator[T], close: Callable[[], None]) -> AsyncIte
         await asyncio.to_thread(close)
 
 
+class _Closing(Protocol[T_co]):
+    """A blocking stream of items that is closed when done (a generator, an HTTP answer)."""
+
+    def __iter__(self) -> Iterator[T_co]: ...
+
+    def close(self) -> None: ...
+
+
+def _iterated(
+    method: Callable[Concatenate[Client, P], _Closing[T]], usage: str
+) -> Callable[Concatenate[AsyncClient, P], AsyncIterator[T]]:
+    """``method`` of :class:`Client`, a stream, as an async iterator of :class:`AsyncClient`
+    (:func:`_in_threads`)."""
+
+    async def call(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[T]:
+        items = await asyncio.to_thread(method, self._sync, *args, **kwargs)
+        async for item in _in_threads(iter(items), items.close):
+            yield item
+
+    return _named(call, method, f"See :meth:`Client.{method.__name__}`: {usage}.")
+
+
+def _named(call: C, method: Callable[..., object], doc: str) -> C:
+    """``call`` named and documented as ``AsyncClient``'s ``method``."""
+    call.__name__ = method.__name__
+    call.__qualname__ = f"AsyncClient.{method.__name__}"
+    call.__doc__ = doc
+    call.__wrapped__ = method  # type: ignore[attr-defined]  # inspect.signature: Client's
+    return call
+
+
 def _decode_status(job_id: str, data: str) -> Status:
     try:
         return _STATUS.decode(data)
@@ -333,11 +366,7 @@ def _in_thread(
     async def call(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return await asyncio.to_thread(method, self._sync, *args, **kwargs)
 
-    call.__name__ = method.__name__
-    call.__qualname__ = f"AsyncClient.{method.__name__}"
-    call.__doc__ = f"See :meth:`Client.{method.__name__}`."
-    call.__wrapped__ = method  # type: ignore[attr-defined]  # inspect.signature: Client's
-    return call
+    return _named(call, method, f"See :meth:`Client.{method.__name__}`.")
 
 
 class AsyncClient:
@@ -380,31 +409,6 @@ class AsyncClient:
     abandon = _in_thread(Client.abandon)
     supersede = _in_thread(Client.supersede)
 
-    async def watch(self, job_id: str, *, read_timeout_s: float = 60.0) -> AsyncIterator[Status]:
-        """See :meth:`Client.watch`: ``async for status in api.watch(job)``."""
-        statuses = self._sync.watch(job_id, read_timeout_s=read_timeout_s)
-        async for status in _in_threads(statuses, statuses.close):
-            yield status
-
-    async def logs(
-        self,
-        job_id: str,
-        *,
-        execution: int | None = None,
-        stderr: bool = False,
-        offset: int = 0,
-        follow: bool = False,
-        limit: int | None = None,
-    ) -> AsyncIterator[bytes]:
-        """See :meth:`Client.logs`: ``async for data in api.logs(job, follow=True)``."""
-        answer = await asyncio.to_thread(
-            self._sync.logs,
-            job_id,
-            execution=execution,
-            stderr=stderr,
-            offset=offset,
-            follow=follow,
-            limit=limit,
-        )
-        async for data in _in_threads(iter(answer), answer.close):
-            yield data
+    # The streams: Client's, each item read in a worker thread, closed however the loop ends.
+    watch = _iterated(Client.watch, "``async for status in api.watch(job)``")
+    logs = _iterated(Client.logs, "``async for data in api.logs(job, follow=True)``")
