@@ -37,7 +37,7 @@ from nats.aio.client import Client as NATS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.servers
 
-from bench.engines import Engine, EngineKind, nats_engine
+from bench.engines import Engine, EngineKind, nats_engine, on_engines
 from dispatch_core import WriterKind
 from dispatch_nats import Layout, RecordStore
 from dispatch_nats.identities import make_identities, seed_path
@@ -112,19 +112,10 @@ def _locked_users(tmp: Path, layouts: list[Layout]) -> tuple[list[User], Path]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
-    kinds: list[EngineKind] = ["server", "cluster"] if args.cluster else ["server"]
-    figures = {kind: await run_on(kind, args) for kind in kinds}
-    result: dict[str, object] = dict(figures["server"])
-    result["auth"] = args.auth
-    if args.cluster:
-        server, cluster = figures["server"], figures["cluster"]
-        print()
-        print(f"{'':28}{'one server':>14}{'3-server cluster':>20}")
-        for key in ("append_per_s", "raw_per_s", "ratio"):
-            print(f"{key:28}{server[key]:>14,.2f}{cluster[key]:>20,.2f}")
-        result["cluster"] = cluster
-        result["cluster_over_server"] = round(cluster["append_per_s"] / server["append_per_s"], 3)
-    return result
+    shown = ("append_per_s", "raw_per_s", "ratio")
+    return await on_engines(
+        args, run_on, shown=shown, spec=",.2f", ratio_of="append_per_s", out=sys.stdout
+    )
 
 
 async def run_on(kind: EngineKind, args: argparse.Namespace) -> dict[str, float]:

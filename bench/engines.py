@@ -14,16 +14,17 @@ permissions, no anonymous user; a cluster block on the cluster), so the figures 
 
 from __future__ import annotations
 
+import argparse
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TextIO
 
 from dispatch_nats.permissions import User, render_server_config
 from tests.servers.nats import NatsCluster, NatsServer
 
-__all__ = ["ENGINES", "Engine", "EngineKind", "nats_engine"]
+__all__ = ["ENGINES", "Engine", "EngineKind", "nats_engine", "on_engines"]
 
 EngineKind = Literal["server", "cluster"]
 ENGINES: tuple[EngineKind, ...] = ("server", "cluster")
@@ -85,3 +86,34 @@ def nats_engine(
             yield Engine(kind, cluster.urls, 3)
         finally:
             cluster.stop()
+
+
+async def on_engines(
+    args: argparse.Namespace,
+    run_on: Callable[[EngineKind, argparse.Namespace], Awaitable[dict[str, float]]],
+    *,
+    shown: Sequence[str],
+    spec: str,
+    ratio_of: str,
+    out: TextIO,
+) -> dict[str, object]:
+    """Measure on one server, and with ``args.cluster`` on a 3-server cluster too.
+
+    The result is the server's figures with ``auth`` (``args.auth``); with the cluster, the
+    ``shown`` figures are printed side by side on ``out`` (each as format ``spec``), and the
+    result adds ``cluster`` (its figures) and ``cluster_over_server`` (the ratio of
+    ``ratio_of``).
+    """
+    kinds: list[EngineKind] = ["server", "cluster"] if args.cluster else ["server"]
+    figures = {kind: await run_on(kind, args) for kind in kinds}
+    result: dict[str, object] = dict(figures["server"])
+    result["auth"] = args.auth
+    if args.cluster:
+        server, cluster = figures["server"], figures["cluster"]
+        width = max(map(len, shown)) + 4
+        print(f"\n{'':{width}}{'one server':>14}{'3-server cluster':>20}", file=out)
+        for key in shown:
+            print(f"{key:{width}}{server[key]:>14{spec}}{cluster[key]:>20{spec}}", file=out)
+        result["cluster"] = cluster
+        result["cluster_over_server"] = round(cluster[ratio_of] / server[ratio_of], 3)
+    return result

@@ -31,14 +31,16 @@ import argparse
 import asyncio
 import importlib
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.*
+
+from bench.baseline import add_baseline_options, run_baseline
 
 TARGET_CPU_S_PER_MIN = 3.0
 
@@ -145,24 +147,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--window", type=float, default=60.0, help="seconds of idle polls")
-    parser.add_argument("--baseline-libs", type=Path, default=None)
-    parser.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
+    add_baseline_options(parser)
     args = parser.parse_args()
     if args.raw:  # one measure, for a --baseline-libs run
         print(json.dumps(run(args.jobs, args.window)))
         return
     baseline: dict[str, float | int] | None = None
     if args.baseline_libs is not None:
-        env = dict(os.environ, PYTHONPATH=str(args.baseline_libs.resolve()))
-        command = [sys.executable, __file__, "--raw", "--jobs", str(args.jobs)]
-        out = subprocess.run(
-            [*command, "--window", str(args.window)],
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        baseline = json.loads(out.strip().splitlines()[-1])
+        window = ("--window", str(args.window))
+        baseline = run_baseline(__file__, args.baseline_libs, ("--jobs", str(args.jobs), *window))
         print(
             f"baseline ({args.baseline_libs}): {baseline['cpu_s_per_min']} CPU-s per idle "
             f"minute, first poll {baseline['first_poll_s']} s"

@@ -21,12 +21,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.*, tests.contract
+
+from bench.baseline import add_baseline_options, run_baseline
 
 
 async def measure(data_dir: Path, launches: int) -> tuple[float, float]:
@@ -70,26 +72,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--launches", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--baseline-libs", type=Path, default=None)
-    parser.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
+    add_baseline_options(parser)
     args = parser.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.contract
     if args.raw:
         print(json.dumps(run(args.launches, args.repeats)))
         return
     baseline: dict[str, float | int] | None = None
     if args.baseline_libs is not None:
-        root = str(Path(__file__).resolve().parents[1])
-        env = dict(os.environ, PYTHONPATH=f"{args.baseline_libs.resolve()}{os.pathsep}{root}")
-        command = [sys.executable, __file__, "--raw", "--launches", str(args.launches)]
-        out = subprocess.run(
-            [*command, "--repeats", str(args.repeats)],
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        baseline = json.loads(out.strip().splitlines()[-1])
+        sizes = ("--launches", str(args.launches), "--repeats", str(args.repeats))
+        baseline = run_baseline(__file__, args.baseline_libs, sizes)
         print(
             f"baseline ({args.baseline_libs}): {baseline['starts_per_s']} starts/s, "
             f"{baseline['cpu_ms_per_start']} ms CPU per start"

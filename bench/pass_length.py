@@ -29,8 +29,6 @@ import gc
 import json
 import statistics
 import sys
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -39,7 +37,7 @@ from msgspec.structs import replace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.*
 
-from bench.core import DECLARATIONS, JOB, build_record
+from bench.core import DECLARATIONS, JOB, build_record, median_ms
 from dispatch_core import (
     Commit,
     Discovery,
@@ -162,15 +160,6 @@ def recovery_pass(job: Job, discovery: Discovery, now: datetime) -> tuple[Job, S
     return after, status, len(decisions)
 
 
-def _times(fn: Callable[[], object], runs: int) -> list[float]:
-    out = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t0) * 1000)
-    return out
-
-
 def main() -> None:
     """Build both records, time the recovery pass on each interleaved, print figures."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -191,7 +180,7 @@ def main() -> None:
     gc.collect()
     for _ in range(max(1, args.runs // 10)):
         for name, case in cases.items():
-            samples[name].extend(_times(functools.partial(recovery_pass, *case[:3]), 10))
+            samples[name].extend(median_ms(functools.partial(recovery_pass, *case[:3]), 10))
     med = {name: statistics.median(values) for name, values in samples.items()}
     ratio = med["long"] / med["short"]
     for name, case in cases.items():

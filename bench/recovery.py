@@ -43,7 +43,7 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
 
-from bench.engines import EngineKind, nats_engine
+from bench.engines import EngineKind, nats_engine, on_engines
 from dispatch_core import Action, CauseKind, ObjectRef, RecoveryPolicy, RecoveryRule
 from dispatch_nats import Layout
 from tests.e2e.cluster.harness import ClusterRuntime
@@ -82,18 +82,8 @@ async def _runner_time(rt: Runtime, ref: ObjectRef, name: str, key: str) -> date
 
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
-    kinds: list[EngineKind] = ["server", "cluster"] if args.cluster else ["server"]
-    figures = {kind: await run_on(kind, args) for kind in kinds}
-    result: dict[str, object] = dict(figures["server"])
-    result["auth"] = args.auth
-    if args.cluster:
-        server, cluster = figures["server"], figures["cluster"]
-        print(f"{'':18}{'one server':>12}{'3-server cluster':>20}", file=sys.stderr)
-        for key in ("p50_s", "p99_s", "p50_over_poll"):
-            print(f"{key:18}{server[key]:>12.3f}{cluster[key]:>20.3f}", file=sys.stderr)
-        result["cluster"] = cluster
-        result["cluster_over_server"] = round(cluster["p50_s"] / server["p50_s"], 3)
-    return result
+    shown = ("p50_s", "p99_s", "p50_over_poll")
+    return await on_engines(args, run_on, shown=shown, spec=".3f", ratio_of="p50_s", out=sys.stderr)
 
 
 @contextlib.contextmanager

@@ -20,21 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
-import time
+import sys
 from pathlib import Path
 
-from tests.browser.many import TOKEN, ManyJobs
-from tests.e2e.cli.support import cli_env, run_cli
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.*, tests.*
 
-
-def _status(api: str, *args: str) -> float:
-    env = cli_env({"DISPATCH_API": api, "DISPATCH_TOKEN": TOKEN})
-    started = time.monotonic()
-    result = run_cli("status", *args, env=env, timeout_s=900)
-    took = time.monotonic() - started
-    assert result.code == 0, str(result)
-    return took
+from bench.many_jobs import many_jobs, time_status
 
 
 def main() -> None:
@@ -42,26 +33,18 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="status-list-") as tmp:
-        many = ManyJobs(Path(tmp), args.jobs)
-        started = time.monotonic()
-        try:
-            many.start()
-            setup_s = time.monotonic() - started
-            print(f"{args.jobs} jobs written and the API up in {setup_s:.1f} s", flush=True)
-            first = _status(many.api, "--limit", "50")
-            print(f"first dispatch status --limit 50: {first:.3f}", flush=True)
-            page = [_status(many.api, "--limit", "50") for _ in range(args.runs)]
-            print(f"dispatch status --limit 50: {[round(x, 3) for x in page]}", flush=True)
-            filtered = [
-                _status(many.api, "--state", "pending", "--cluster", "local", "--limit", "50")
-                for _ in range(args.runs)
-            ]
-            print(f"... --state pending --cluster local: {[round(x, 3) for x in filtered]}")
-            everything = [_status(many.api, "--limit", str(args.jobs)) for _ in range(args.runs)]
-            print(f"dispatch status (all jobs): {[round(x, 3) for x in everything]}", flush=True)
-        finally:
-            many.stop()
+    with many_jobs(args.jobs, "status-list-") as (many, setup_s):
+        first = time_status(many.api, "--limit", "50")
+        print(f"first dispatch status --limit 50: {first:.3f}", flush=True)
+        page = [time_status(many.api, "--limit", "50") for _ in range(args.runs)]
+        print(f"dispatch status --limit 50: {[round(x, 3) for x in page]}", flush=True)
+        filtered = [
+            time_status(many.api, "--state", "pending", "--cluster", "local", "--limit", "50")
+            for _ in range(args.runs)
+        ]
+        print(f"... --state pending --cluster local: {[round(x, 3) for x in filtered]}")
+        everything = [time_status(many.api, "--limit", str(args.jobs)) for _ in range(args.runs)]
+        print(f"dispatch status (all jobs): {[round(x, 3) for x in everything]}", flush=True)
     print(
         json.dumps(
             {

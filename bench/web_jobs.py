@@ -28,18 +28,16 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.*, tests.*
 
 from playwright.sync_api import sync_playwright
 
-from tests.browser.many import TOKEN, ManyJobs
+from bench.many_jobs import TOKEN, many_jobs, time_status
 from tests.browser.support import chromium_path
-from tests.e2e.cli.support import cli_env, run_cli
 
 PAGE = 50
 
@@ -56,15 +54,6 @@ def _api_page(api: str) -> float:
     with urllib.request.urlopen(request, timeout=60) as response:
         response.read()
     return time.monotonic() - started
-
-
-def _status(api: str, limit: int) -> float:
-    env = cli_env({"DISPATCH_API": api, "DISPATCH_TOKEN": TOKEN})
-    started = time.monotonic()
-    result = run_cli("status", "--limit", str(limit), env=env, timeout_s=600)
-    took = time.monotonic() - started
-    assert result.code == 0, str(result)
-    return took
 
 
 def _web_first_page(api: str, runs: int) -> list[float]:
@@ -96,24 +85,17 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="web-jobs-") as tmp:
-        many = ManyJobs(Path(tmp), args.jobs)
-        started = time.monotonic()
-        try:
-            many.start()
-            setup_s = time.monotonic() - started
-            print(f"{args.jobs} jobs written and the API up in {setup_s:.1f} s", flush=True)
-            _api_page(many.api)  # warm the API's caches as a running service has them
-            api = [_api_page(many.api) for _ in range(args.runs)]
-            print(f"GET /ui/api/jobs (first page): {[round(x, 3) for x in api]}", flush=True)
-            web = _web_first_page(many.api, args.runs)
-            print(f"browser, first page rendered: {[round(x, 3) for x in web]}", flush=True)
-            first = [_status(many.api, PAGE) for _ in range(args.runs)]
-            print(f"dispatch status --limit {PAGE}: {[round(x, 3) for x in first]}", flush=True)
-            everything = [_status(many.api, args.jobs) for _ in range(max(1, args.runs // 2))]
-            print(f"dispatch status (all jobs): {[round(x, 3) for x in everything]}", flush=True)
-        finally:
-            many.stop()
+    with many_jobs(args.jobs, "web-jobs-") as (many, setup_s):
+        _api_page(many.api)  # warm the API's caches as a running service has them
+        api = [_api_page(many.api) for _ in range(args.runs)]
+        print(f"GET /ui/api/jobs (first page): {[round(x, 3) for x in api]}", flush=True)
+        web = _web_first_page(many.api, args.runs)
+        print(f"browser, first page rendered: {[round(x, 3) for x in web]}", flush=True)
+        first = [time_status(many.api, "--limit", str(PAGE)) for _ in range(args.runs)]
+        print(f"dispatch status --limit {PAGE}: {[round(x, 3) for x in first]}", flush=True)
+        all_runs = max(1, args.runs // 2)
+        everything = [time_status(many.api, "--limit", str(args.jobs)) for _ in range(all_runs)]
+        print(f"dispatch status (all jobs): {[round(x, 3) for x in everything]}", flush=True)
     result = {
         "jobs": args.jobs,
         "runs": args.runs,

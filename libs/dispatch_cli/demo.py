@@ -39,6 +39,7 @@ from dispatch_cli.client import ApiClient, RecordedEvent
 from dispatch_cli.embedded import Embedded, source_root
 from dispatch_cli.errors import EXIT_FAILURE, EXIT_OK, CliError, UsageError
 from dispatch_cli.home import UpState, default_data_dir, read_state, read_token
+from dispatch_cli.program import program
 from dispatch_cli.render import cause_text, event_line, plan_lines, transition_line
 from dispatch_cli.watching import Watcher
 from dispatch_core import (
@@ -319,7 +320,7 @@ def run_demo(
         return _verdict(summary, director, out)
     except KeyboardInterrupt:
         if embedded is None and job_id:
-            out(f"interrupted: job {job_id} goes on (dispatch cancel {job_id} --reason ...)")
+            out(f"interrupted: job {job_id} goes on ({program()} cancel {job_id} --reason ...)")
         raise
     finally:
         stopping.set()
@@ -334,8 +335,8 @@ def run_demo(
             kill_all(embedded.local_data_dir)
             out(
                 f"its data stays in {embedded.data_dir} (look again: export "
-                f"DISPATCH_DATA_DIR={embedded.data_dir}; dispatch up, then in another shell "
-                f"with the same export: dispatch status {job_id})"
+                f"DISPATCH_DATA_DIR={embedded.data_dir}; {program()} up, then in another "
+                f"shell with the same export: {program()} status {job_id})"
             )
 
 

@@ -88,6 +88,7 @@ from dispatch_cli.home import (
     write_state,
 )
 from dispatch_cli.natsite import PREFIXES, identity_files, write_private_text
+from dispatch_cli.program import program
 from dispatch_nats import DEFAULT_LAYOUT
 from dispatch_nats.identities import IdentityError, make_identities, seed_path
 from dispatch_nats.permissions import (
@@ -590,7 +591,7 @@ class Embedded:
                 "  note: the last start also served cluster(s) "
                 + ", ".join(repr(n) for n in gone)
                 + "; their jobs are neither observed nor supervised until "
-                "`dispatch up --clusters FILE` names them again"
+                f"`{program()} up --clusters FILE` names them again"
             )
 
     def _child_env(self, own: Mapping[str, str]) -> dict[str, str]:
@@ -693,6 +694,8 @@ class Embedded:
                     # Tell whoever runs `up` at once when a job waits for them (issue 15);
                     # NOTIFIER_HELD_NOTICES=false in up's environment turns it off.
                     "HELD_NOTICES": self.base_env.get("NOTIFIER_HELD_NOTICES", "true"),
+                    # Its answers name the CLI as this terminal runs it.
+                    "ANSWER_COMMAND": program(),
                 },
                 "notifier (escalations to "
                 + (

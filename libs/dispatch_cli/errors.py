@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from typing import ClassVar, Final
 
+from dispatch_cli.program import program
+
 __all__ = [
     "EXIT_AUTH",
     "EXIT_FAILURE",
@@ -82,7 +84,7 @@ class Unreachable(CliError):
     def __init__(self, url: str, why: str) -> None:
         super().__init__(
             f"cannot reach the dispatch API at {url} ({why}).\n"
-            "  Is it running? Start the embedded default with `dispatch up` (in another "
+            f"  Is it running? Start the embedded default with `{program()} up` (in another "
             "terminal),\n  or point --api / DISPATCH_API at a running API."
         )
         self.url, self.why = url, why
@@ -125,7 +127,7 @@ def _describe(status: int, code: str, message: str, field: str | None, url: str)
         case 401:
             return (
                 f"the API at {url} refused the token (401 {code}): {message}\n"
-                "  Give the right one with --token or DISPATCH_TOKEN; `dispatch up` prints its "
+                f"  Give the right one with --token or DISPATCH_TOKEN; `{program()} up` prints its "
                 "token and keeps it in <data dir>/token."
             )
         case 403:

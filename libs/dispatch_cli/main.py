@@ -39,6 +39,7 @@ from dispatch_cli.errors import (
 from dispatch_cli.home import DEFAULT_API, default_data_dir, read_state, read_token
 from dispatch_cli.jobfile import PolicyFlags, build_submission, parse_causes, parse_duration
 from dispatch_cli.listing import jobs_page, rows_table, unreadable_lines
+from dispatch_cli.program import program
 from dispatch_cli.render import (
     escalations_table,
     event_line,
@@ -49,7 +50,7 @@ from dispatch_cli.render import (
 from dispatch_cli.sbatch import build_sbatch_submission, plan_summary
 from dispatch_cli.watching import Watcher
 from dispatch_core import JobCreated, State, escalation_open
-from dispatch_sdk import Client
+from dispatch_sdk.client import Client  # the submodule: dispatch_sdk imports dispatch_cli
 
 __all__ = ["cli", "main"]
 
@@ -292,8 +293,8 @@ def up(
             say(f"    {line}")
         say("  Use it from another shell:")
         say(f"    export DISPATCH_API={state.api} DISPATCH_TOKEN={embedded.token}")
-        say("    dispatch submit examples/local-train.toml --watch")
-        say("    dispatch status")
+        say(f"    {program()} submit examples/local-train.toml --watch")
+        say(f"    {program()} status")
         if embedded.data_dir.resolve() == default_data_dir(os.environ).resolve():
             say(
                 f"  (on this machine the CLI also finds both by itself; the token is kept in "
@@ -311,7 +312,7 @@ def up(
         if jobs:
             say(
                 f"dispatch up: {jobs} job(s) keep running on the local backend; "
-                "`dispatch up` again supervises them"
+                f"`{program()} up` again supervises them"
             )
         say("dispatch up: stopped")
         return EXIT_OK
@@ -462,7 +463,7 @@ def submit(
         for line in plan_lines(answer.plan):
             _echo(line)
         if not then_watch:
-            _echo(f"follow it:    dispatch watch {answer.job_id}")
+            _echo(f"follow it:    {program()} watch {answer.job_id}")
     if then_watch:
         return _watch(client, answer.job_id, target.json)
     return EXIT_OK
@@ -523,7 +524,7 @@ def sbatch(
         else:
             _echo("uncovered: none (every cause has a rule)")
         if not then_watch:
-            _echo(f"follow it: dispatch watch {answer.job_id}")
+            _echo(f"follow it: {program()} watch {answer.job_id}")
     if then_watch:
         return _watch(client, answer.job_id, target.json)
     return EXIT_OK
@@ -588,11 +589,11 @@ def status(
             return EXIT_OK
         if not page.jobs:
             filtered = states or clusters or after or page.unreadable
-            _echo("no jobs" + (" match" if filtered else " yet: dispatch submit FILE"))
+            _echo("no jobs" + (" match" if filtered else f" yet: {program()} submit FILE"))
         else:
             _echo(rows_table(page.jobs, datetime.now(UTC)))
             if page.next_after is not None:
-                more = ["dispatch status", *(f"--state {s}" for s in states)]
+                more = [f"{program()} status", *(f"--state {s}" for s in states)]
                 more += [*(f"--cluster {shlex.quote(c)}" for c in clusters)]
                 more += [f"--limit {limit}", f"--after {page.next_after}"]
                 _echo(f"more: {' '.join(more)}")
@@ -666,7 +667,7 @@ def _output_location(target: Target, job: str) -> str:
     try:
         with _sdk(target, timeout_s=10.0).logs(job, limit=0) as answer:
             where = answer.location or answer.object
-            return f"output: {where}  (execution {answer.execution}: dispatch logs {job})"
+            return f"output: {where}  (execution {answer.execution}: {program()} logs {job})"
     except CliError:
         return ""
 
@@ -731,7 +732,7 @@ def escalations(target: Target, show_all: bool, job: str | None, undelivered: bo
         _echo("no escalations" + ("" if show_all else " open (--all shows every one)"))
     else:
         _echo(escalations_table(found))
-        _echo("answer each by its id: `dispatch status JOB` shows how")
+        _echo(f"answer each by its id: `{program()} status JOB` shows how")
     # a job whose record can't be read may hold escalations nobody can list
     for line in unreadable_lines(listing.unreadable):
         _echo(line)
@@ -782,7 +783,7 @@ def _show_command(target: Target, answer: CommandResponse) -> None:
         if answer.plan is not None:
             for line in plan_lines(answer.plan):
                 _echo(line)
-        _echo(f"follow it:    dispatch watch {answer.new_job_id}")
+        _echo(f"follow it:    {program()} watch {answer.new_job_id}")
 
 
 _REASON = click.option(

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Final, assert_never
 
 from dispatch_cli.client import EscalationView, JobSummary
+from dispatch_cli.program import program
 from dispatch_core import (
     Abandoned,
     CancelRequested,
@@ -132,7 +133,7 @@ def hold_answers(job_id: str, kind: HoldKind) -> list[tuple[str, str]]:
     is released; a recovery hold, which release can't lift, is resubmitted, cancelled or
     given up."""
     return [
-        (f"dispatch {answer} {job_id} {_REASON}", _DOES[answer])
+        (f"{program()} {answer} {job_id} {_REASON}", _DOES[answer])
         for answer in core_hold_answers(kind)
     ]
 
@@ -247,7 +248,7 @@ def history_omitted_line(job_id: str, omitted: int, shown: int) -> str:
     what = "transition" if omitted == 1 else "transitions"
     return (
         f"({omitted} earlier {what} not shown: a Status carries the last {shown}; "
-        f"dispatch record {job_id} prints the whole record)"
+        f"{program()} record {job_id} prints the whole record)"
     )
 
 
@@ -293,42 +294,43 @@ def answer_hint(
         return "nothing to answer"  # an id this build doesn't know (a newer writer's)
     rest = arg or ""
     r = _REASON
+    p = program()
     match kind:
         case EscalationKind.OVERDUE if hold is not None and rest == str(hold.instance):
             return "; or ".join(command for command, _ in hold_answers(job_id, hold.kind))
         case EscalationKind.OVERDUE:
             return (
-                f"dispatch release {job_id} {r} (an actor hold); for a recovery hold: "
-                f"dispatch resubmit|cancel|give-up {job_id} {r}"
+                f"{p} release {job_id} {r} (an actor hold); for a recovery hold: "
+                f"{p} resubmit|cancel|give-up {job_id} {r}"
             )
         case EscalationKind.ALL_UNKNOWN:
             return (
                 f"check the scheduler for dj-{job_id}; if none: "
-                f"dispatch abandon {job_id} --submission {rest} {r}"
+                f"{p} abandon {job_id} --submission {rest} {r}"
             )
         case EscalationKind.UNMATCHED:
             sub, _, att = rest.partition("/")
             return (
                 f"check the scheduler for dj-{job_id}; if none: "
-                f"dispatch abandon {job_id} --submission {sub} --attempt {att} {r}"
+                f"{p} abandon {job_id} --submission {sub} --attempt {att} {r}"
             )
         case EscalationKind.FOREIGN:
             target = f"{cluster or 'CLUSTER'}/{rest}"
             return (
                 "stop it on the scheduler if it shouldn't run, then: "
-                f"dispatch abandon {job_id} --foreign {target} {r}"
+                f"{p} abandon {job_id} --foreign {target} {r}"
             )
         case EscalationKind.ADMIN_HELD:
-            return f"ask whoever holds object {rest}, or: dispatch cancel {job_id} {r}"
+            return f"ask whoever holds object {rest}, or: {p} cancel {job_id} {r}"
         case EscalationKind.FAILED | EscalationKind.REFUSED:
-            return f"to run it again: dispatch supersede {job_id} {r}"
+            return f"to run it again: {p} supersede {job_id} {r}"
         case EscalationKind.CLEANUP_DEADLINE:
-            return f"stop what is left on the scheduler, or: dispatch emergency-stop {job_id} {r}"
+            return f"stop what is left on the scheduler, or: {p} emergency-stop {job_id} {r}"
         case EscalationKind.STOP_OVERDUE:
             target = f"{cluster or 'CLUSTER'}/{rest}"
             return (
                 f"stop object {target} on the scheduler yourself (it ignores dispatch's stop), "
-                f"or: dispatch emergency-stop {job_id} {r}"
+                f"or: {p} emergency-stop {job_id} {r}"
             )
         case EscalationKind.GIVE_UP:
             return "nothing to answer"

@@ -6,10 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Generator,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, ParamSpec, Self, TypeVar
+from typing import Any, Concatenate, Final, ParamSpec, Protocol, Self, TypeVar, cast
 
 import msgspec
 
@@ -32,6 +40,8 @@ __all__ = ["AsyncClient", "Client"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+C = TypeVar("C", bound=Callable[..., object])
 
 _STATUS: Final = msgspec.json.Decoder(Status)
 
@@ -295,11 +305,68 @@ class Client:
         return self.command(job_id, "supersede", body)
 
 
+async def _in_threads(items: Iterator[T], close: Callable[[], None]) -> AsyncIterator[T]:
+    """Yield a blocking iterator's items, each read in a worker thread (the event loop never
+    blocks on the network), then ``close`` it (in a thread too), however the caller stops."""
+    done = object()
+    try:
+        while True:
+            item = await asyncio.to_thread(next, items, done)
+            if item is done:
+                return
+            yield cast(T, item)
+    finally:
+        await asyncio.to_thread(close)
+
+
+class _Closing(Protocol[T_co]):
+    """A blocking stream of items that is closed when done (a generator, an HTTP answer)."""
+
+    def __iter__(self) -> Iterator[T_co]: ...
+
+    def close(self) -> None: ...
+
+
+def _iterated(
+    method: Callable[Concatenate[Client, P], _Closing[T]], usage: str
+) -> Callable[Concatenate[AsyncClient, P], AsyncIterator[T]]:
+    """``method`` of :class:`Client`, a stream, as an async iterator of :class:`AsyncClient`
+    (:func:`_in_threads`)."""
+
+    async def call(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[T]:
+        items = await asyncio.to_thread(method, self._sync, *args, **kwargs)
+        async for item in _in_threads(iter(items), items.close):
+            yield item
+
+    return _named(call, method, f"See :meth:`Client.{method.__name__}`: {usage}.")
+
+
+def _named(call: C, method: Callable[..., object], doc: str) -> C:
+    """``call`` named and documented as ``AsyncClient``'s ``method``."""
+    call.__name__ = method.__name__
+    call.__qualname__ = f"AsyncClient.{method.__name__}"
+    call.__doc__ = doc
+    call.__wrapped__ = method  # type: ignore[attr-defined]  # inspect.signature: Client's
+    return call
+
+
 def _decode_status(job_id: str, data: str) -> Status:
     try:
         return _STATUS.decode(data)
     except msgspec.DecodeError as err:
         raise CliError(f"a Status of job {job_id} can't be read by this SDK: {err}") from err
+
+
+def _in_thread(
+    method: Callable[Concatenate[Client, P], T],
+) -> Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, T]]:
+    """``method`` of :class:`Client` as a method of :class:`AsyncClient`: awaited, run in a
+    worker thread on the async client's own :class:`Client`."""
+
+    async def call(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await asyncio.to_thread(method, self._sync, *args, **kwargs)
+
+    return _named(call, method, f"See :meth:`Client.{method.__name__}`.")
 
 
 class AsyncClient:
@@ -325,150 +392,23 @@ class AsyncClient:
     ) -> None:
         return None
 
-    async def _run(self, call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        return await asyncio.to_thread(call, *args, **kwargs)
+    # Each request runs Client's method in a worker thread (:func:`_in_thread`): the same
+    # arguments (typed from Client's), the same errors.
+    submit = _in_thread(Client.submit)
+    status = _in_thread(Client.status)
+    list = _in_thread(Client.list)
+    record = _in_thread(Client.record)
+    escalations = _in_thread(Client.escalations)
+    command = _in_thread(Client.command)
+    hold = _in_thread(Client.hold)
+    release = _in_thread(Client.release)
+    resubmit = _in_thread(Client.resubmit)
+    cancel = _in_thread(Client.cancel)
+    give_up = _in_thread(Client.give_up)
+    emergency_stop = _in_thread(Client.emergency_stop)
+    abandon = _in_thread(Client.abandon)
+    supersede = _in_thread(Client.supersede)
 
-    async def submit(
-        self,
-        job: Mapping[str, Any] | str | Path,
-        *,
-        cluster: str | None = None,
-        name: str | None = None,
-        job_id: str | None = None,
-        reason: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> SubmitResponse:
-        """See :meth:`Client.submit`."""
-        return await self._run(
-            self._sync.submit, job, cluster=cluster, name=name, job_id=job_id, reason=reason,
-            idempotency_key=idempotency_key,
-        )  # fmt: skip
-
-    async def status(self, job_id: str) -> Status:
-        """See :meth:`Client.status`."""
-        return await self._run(self._sync.status, job_id)
-
-    async def list(
-        self,
-        states: Sequence[State] = (),
-        *,
-        clusters: Sequence[str] = (),
-        after: str | None = None,
-        offset: int | None = None,
-        limit: int | None = None,
-    ) -> JobList:
-        """See :meth:`Client.list`."""
-        return await self._run(
-            self._sync.list, states, clusters=clusters, after=after, offset=offset, limit=limit
-        )
-
-    async def record(self, job_id: str, after: int = 0) -> RecordResponse:
-        """See :meth:`Client.record`."""
-        return await self._run(self._sync.record, job_id, after)
-
-    async def escalations(
-        self, job_id: str | None = None, *, delivered: bool | None = None
-    ) -> EscalationList:
-        """See :meth:`Client.escalations`."""
-        return await self._run(self._sync.escalations, job_id, delivered=delivered)
-
-    async def watch(self, job_id: str, *, read_timeout_s: float = 60.0) -> AsyncIterator[Status]:
-        """See :meth:`Client.watch`: ``async for status in api.watch(job)``."""
-        statuses = self._sync.watch(job_id, read_timeout_s=read_timeout_s)
-        done = object()
-        try:
-            while True:
-                item = await asyncio.to_thread(next, statuses, done)
-                if item is done:
-                    return
-                assert isinstance(item, Status)
-                yield item
-        finally:
-            statuses.close()
-
-    async def logs(
-        self,
-        job_id: str,
-        *,
-        execution: int | None = None,
-        stderr: bool = False,
-        offset: int = 0,
-        follow: bool = False,
-        limit: int | None = None,
-    ) -> AsyncIterator[bytes]:
-        """See :meth:`Client.logs`: ``async for data in api.logs(job, follow=True)``."""
-        answer = await self._run(
-            self._sync.logs,
-            job_id,
-            execution=execution,
-            stderr=stderr,
-            offset=offset,
-            follow=follow,
-            limit=limit,
-        )
-        chunks = iter(answer)
-        done = object()
-        try:
-            while True:
-                data = await asyncio.to_thread(next, chunks, done)
-                if data is done:
-                    return
-                assert isinstance(data, bytes)
-                yield data
-        finally:
-            await asyncio.to_thread(answer.close)
-
-    async def command(
-        self, job_id: str, command: str, body: Mapping[str, Any], *, key: str | None = None
-    ) -> CommandResponse:
-        """See :meth:`Client.command`."""
-        return await self._run(self._sync.command, job_id, command, body, key=key)
-
-    async def hold(
-        self, job_id: str, reason: str, *, for_s: float | None = None
-    ) -> CommandResponse:
-        """See :meth:`Client.hold`."""
-        return await self._run(self._sync.hold, job_id, reason, for_s=for_s)
-
-    async def release(self, job_id: str, reason: str) -> CommandResponse:
-        """See :meth:`Client.release`."""
-        return await self._run(self._sync.release, job_id, reason)
-
-    async def resubmit(self, job_id: str, reason: str) -> CommandResponse:
-        """See :meth:`Client.resubmit`."""
-        return await self._run(self._sync.resubmit, job_id, reason)
-
-    async def cancel(self, job_id: str, reason: str) -> CommandResponse:
-        """See :meth:`Client.cancel`."""
-        return await self._run(self._sync.cancel, job_id, reason)
-
-    async def give_up(self, job_id: str, reason: str) -> CommandResponse:
-        """See :meth:`Client.give_up`."""
-        return await self._run(self._sync.give_up, job_id, reason)
-
-    async def emergency_stop(self, job_id: str, reason: str) -> CommandResponse:
-        """See :meth:`Client.emergency_stop`."""
-        return await self._run(self._sync.emergency_stop, job_id, reason)
-
-    async def abandon(
-        self,
-        job_id: str,
-        reason: str,
-        *,
-        submission: int | None = None,
-        attempt: int | None = None,
-        foreign: tuple[str, str] | None = None,
-    ) -> CommandResponse:
-        """See :meth:`Client.abandon`."""
-        return await self._run(
-            self._sync.abandon, job_id, reason, submission=submission, attempt=attempt,
-            foreign=foreign,
-        )  # fmt: skip
-
-    async def supersede(
-        self, job_id: str, reason: str, *, new_job_id: str | None = None, name: str | None = None
-    ) -> CommandResponse:
-        """See :meth:`Client.supersede`."""
-        return await self._run(
-            self._sync.supersede, job_id, reason, new_job_id=new_job_id, name=name
-        )
+    # The streams: Client's, each item read in a worker thread, closed however the loop ends.
+    watch = _iterated(Client.watch, "``async for status in api.watch(job)``")
+    logs = _iterated(Client.logs, "``async for data in api.logs(job, follow=True)``")

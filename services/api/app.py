@@ -34,7 +34,7 @@ from dispatch_core import DecodeError, DispatchError, Status, decode, encode, is
 from dispatch_nats import LatestEntry, NatsStoreError, PayloadTooLarge
 from services.api.auth import Authenticator
 from services.api.errors import ApiError, BadRequest, NotFound, StoreDown, UnreadableRecord
-from services.api.feeds import pump_feed
+from services.api.feeds import FeedQueue, SseCounters, end_streams, serve_feed
 from services.api.jobindex import parse_listing
 from services.api.metrics import ApiMetrics
 from services.api.openapi import IDEMPOTENCY_KEY_PATTERN, build_openapi
@@ -45,6 +45,7 @@ from services.api.output import (
     execution_object,
     wait_for_object,
 )
+from services.api.query import query_bool, query_int
 from services.api.schemas import COMMAND_REQUESTS, ErrorBody, ErrorDetail
 from services.api.web import mount as mount_web
 from services.common.http import health_app
@@ -67,7 +68,7 @@ _HTTP_CODES: Final[dict[int, str]] = {
 _OPS: Final = web.AppKey("ops", Operations)
 _AUTH: Final = web.AppKey("auth", Authenticator)
 _METRICS: Final = web.AppKey("metrics", ApiMetrics)
-_STREAMS: Final[web.AppKey[set[asyncio.Queue[LatestEntry | None]]]] = web.AppKey("streams")
+_STREAMS: Final[web.AppKey[set[FeedQueue]]] = web.AppKey("streams")
 _HEARTBEAT: Final = web.AppKey("heartbeat_s", float)
 _OPENAPI: Final = web.AppKey("openapi", bytes)
 _OUTPUT: Final = web.AppKey("output", OutputClient)
@@ -202,48 +203,17 @@ async def _status(request: web.Request) -> web.Response:
 
 async def _record(request: web.Request) -> web.Response:
     request.app[_AUTH].authenticate(request.headers.get("Authorization"))
-    raw = request.query.get("after", "0")
-    try:
-        after = int(raw)
-    except ValueError:
-        after = -1
-    if not 0 <= after <= MAX_SEQ:
-        raise BadRequest(f"after must be an integer in 0..{MAX_SEQ}, got {raw!r}", field="after")
+    after = query_int(request.query, "after", 0, MAX_SEQ) or 0
     return _json(await request.app[_OPS].record(request.match_info["job"], after))
 
 
 async def _escalations(request: web.Request) -> web.Response:
     request.app[_AUTH].authenticate(request.headers.get("Authorization"))
-    raw = request.query.get("delivered")
-    delivered: bool | None = None
-    if raw is not None:
-        if raw not in ("true", "false"):
-            raise BadRequest(f"delivered must be true or false, got {raw!r}", field="delivered")
-        delivered = raw == "true"
+    delivered = query_bool(request.query, "delivered")
     job_id = request.query.get("job")
     if job_id is not None and not is_job_id(job_id):
         raise BadRequest(f"{job_id!r} is not a job id", field="job")
     return _json(await request.app[_OPS].escalations(delivered=delivered, job_id=job_id))
-
-
-def _query_int(request: web.Request, name: str, low: int, high: int) -> int | None:
-    raw = request.query.get(name)
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        value = low - 1
-    if not low <= value <= high:
-        raise BadRequest(f"{name} must be an integer in {low}..{high}, got {raw!r}", field=name)
-    return value
-
-
-def _query_bool(request: web.Request, name: str) -> bool:
-    raw = request.query.get(name, "false")
-    if raw not in ("true", "false"):
-        raise BadRequest(f"{name} must be true or false, got {raw!r}", field=name)
-    return raw == "true"
 
 
 def _gone(request: web.Request) -> bool:
@@ -260,10 +230,10 @@ async def _logs(request: web.Request) -> web.StreamResponse:
     output = request.app[_OUTPUT]
     ops = request.app[_OPS]
     job_id = request.match_info["job"]
-    execution = _query_int(request, "execution", 1, MAX_SEQ)
-    offset = _query_int(request, "offset", 0, _MAX_OFFSET) or 0
-    limit = _query_int(request, "limit", 0, _MAX_OFFSET)
-    follow = _query_bool(request, "follow")
+    execution = query_int(request.query, "execution", 1, MAX_SEQ)
+    offset = query_int(request.query, "offset", 0, _MAX_OFFSET) or 0
+    limit = query_int(request.query, "limit", 0, _MAX_OFFSET)
+    follow = query_bool(request.query, "follow") or False
     raw_stream = request.query.get("stream", OutputStream.STDOUT.value)
     try:
         stream = OutputStream(raw_stream)
@@ -342,92 +312,53 @@ async def _stream(request: web.Request) -> web.StreamResponse:
     last_id: int | None = None
     with contextlib.suppress(ValueError):
         last_id = int(request.headers.get("Last-Event-ID", ""))
-    heartbeat_s = request.app[_HEARTBEAT]
-    queue: asyncio.Queue[LatestEntry | None] = asyncio.Queue(maxsize=1024)
-    streams = request.app[_STREAMS]
-    response = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-        }
-    )
-    metrics.sse_streams.inc()
-    streams.add(queue)
-    try:
-        async with ops.watch(job_id) as feed:
-            await response.prepare(request)
-            pump = asyncio.create_task(pump_feed(feed, queue, what="stream"))
-            try:
-                await _serve_stream(request, response, queue, job_id, last_id, heartbeat_s)
-            finally:
-                pump.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await pump
-    except ConnectionResetError:
-        log.debug("stream.client_gone", extra={"job_id": job_id})
-    finally:
-        streams.discard(queue)
-        metrics.sse_streams.dec()
-    return response
 
-
-async def _serve_stream(
-    request: web.Request,
-    response: web.StreamResponse,
-    queue: asyncio.Queue[LatestEntry | None],
-    job_id: str,
-    last_id: int | None,
-    heartbeat_s: float,
-) -> None:
-    ops = request.app[_OPS]
-    metrics = request.app[_METRICS]
-    # Where the job stands now, read before anything is streamed: a record that can't be
-    # read is said at once, even when a Status was published (that one is stale: the
-    # supervisor leaves such a job alone, so nothing newer would ever come).
-    try:
-        status, source = await ops.status(job_id)
-    except UnreadableRecord as err:
-        # The answer is already under way (200, event stream): say it as an event.
-        detail = ErrorDetail(code=err.code, message=err.message, job_id=err.job_id, seq=err.seq)
-        await response.write(b"event: error\ndata: " + encode(ErrorBody(error=detail)))
-        await response.write(b"\n\n")
-        return
-    if last_id is None and queue.empty() and source == "api":
-        # Nothing published yet (or not yet delivered): say where the job stands now. The
-        # watch started first, so no later change is missed.
-        await response.write(_sse(encode(status), None))
-        metrics.sse_events.inc()
-    while True:
-        transport = request.transport
-        if transport is None or transport.is_closing():
-            return
+    async def opening(response: web.StreamResponse, queue: FeedQueue) -> bool:
+        # Where the job stands now, read before anything is streamed: a record that can't be
+        # read is said at once, even when a Status was published (that one is stale: the
+        # supervisor leaves such a job alone, so nothing newer would ever come).
         try:
-            entry = await asyncio.wait_for(queue.get(), heartbeat_s)
-        except TimeoutError:
-            await response.write(b": heartbeat\n\n")
-            continue
-        if entry is None:  # the service is stopping, or the feed ended
-            return
+            status, source = await ops.status(job_id)
+        except UnreadableRecord as err:
+            # The answer is already under way (200, event stream): say it as an event.
+            detail = ErrorDetail(code=err.code, message=err.message, job_id=err.job_id, seq=err.seq)
+            await response.write(b"event: error\ndata: " + encode(ErrorBody(error=detail)))
+            await response.write(b"\n\n")
+            return False
+        if last_id is None and queue.empty() and source == "api":
+            # Nothing published yet (or not yet delivered): say where the job stands now. The
+            # watch started first, so no later change is missed.
+            await response.write(_sse(encode(status), None))
+            metrics.sse_events.inc()
+        return True
+
+    def frame(entry: LatestEntry) -> bytes | None:
         if last_id is not None and entry.seq <= last_id:
-            continue
+            return None
         try:
             decode(entry.payload, Status)
         except DecodeError:
             log.warning("stream.undecodable_status", extra={"job_id": job_id, "seq": entry.seq})
-            continue
-        await response.write(_sse(entry.payload, entry.seq))
-        metrics.sse_events.inc()
+            return None
+        return _sse(entry.payload, entry.seq)
+
+    return await serve_feed(
+        request,
+        ops.watch(job_id),
+        frame,
+        streams=request.app[_STREAMS],
+        what="stream",
+        heartbeat_s=request.app[_HEARTBEAT],
+        queue_size=1024,
+        opening=opening,
+        counters=SseCounters(metrics.sse_streams, metrics.sse_events),
+    )
 
 
 async def _close_streams(app: web.Application) -> None:
-    """At shutdown, end every SSE stream (each handler returns on the None) and stop the
-    jobs index's feeds."""
+    """At shutdown, end every SSE stream and stop the jobs index's feeds."""
     await app[_OPS].aclose()
-    queues = app[_STREAMS]
-    for queue in tuple(queues):
-        with contextlib.suppress(asyncio.QueueFull):
-            queue.put_nowait(None)
+    end_streams(app[_STREAMS])
 
 
 def make_app(
@@ -478,5 +409,5 @@ def make_app(
     app.router.add_get("/v1/jobs/{job}/logs", _logs)
     for command in COMMAND_REQUESTS:
         app.router.add_post(f"/v1/jobs/{{job}}/{command}", _command_handler(command))
-    mount_web(app, ops, auth)  # the operator's web page at / (services/api/web)
+    mount_web(app, ops, auth, app[_STREAMS])  # the operator's web page at / (services/api/web)
     return app

@@ -32,9 +32,9 @@ import bisect
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from datetime import datetime
-from typing import Final, TypeVar
+from typing import Final, Literal, Protocol, TypeVar
 
 import msgspec
 from multidict import MultiMapping
@@ -52,13 +52,12 @@ from dispatch_core import (
 )
 from dispatch_nats import (
     LatestEntry,
-    LatestFeed,
     LatestStore,
     NatsStoreError,
-    RecordFeed,
     RecordStore,
 )
 from services.api.errors import BadRequest, UnreadableRecord
+from services.api.query import query_int
 from services.api.schemas import JobList, JobSummary, UnreadableJob
 
 __all__ = ["LISTING_PARAMS", "MAX_OFFSET", "JobFacts", "JobIndex", "ListingQuery", "parse_listing"]
@@ -67,6 +66,16 @@ log = logging.getLogger("services.api.jobindex")
 
 T = TypeVar("T")
 R = TypeVar("R")
+F = TypeVar("F")
+F_co = TypeVar("F_co", covariant=True)
+
+
+class _Feed(Protocol[F_co]):
+    """A store's feed (``LatestFeed``, ``RecordFeed``): its items, then closed."""
+
+    def __aiter__(self) -> AsyncIterator[F_co]: ...
+
+    async def aclose(self) -> None: ...
 
 
 class JobFacts(msgspec.Struct, frozen=True, kw_only=True):
@@ -95,6 +104,7 @@ class JobIndex:
         discoveries: LatestStore,
         load: Callable[[str], Awaitable[Job | None]],
         project: Callable[[Job], Awaitable[Status]],
+        configured: Collection[str] = (),
         concurrency: int = 32,
         catch_up_s: float = 5.0,
     ) -> None:
@@ -106,6 +116,8 @@ class JobIndex:
             load: fold a job's record to its end (None: no record); raises
                 :class:`UnreadableRecord` for a record that can't be read.
             project: the Status of a folded record (with its latest Discovery, now).
+            configured: the clusters the API is configured with (a listing by any other
+                cluster, unless a job is on it, is refused).
             concurrency: most records folded at once.
             catch_up_s: seconds a listing waits for the feeds to reach the streams' last
                 seqs before building the index again.
@@ -115,6 +127,7 @@ class JobIndex:
         self._discoveries = discoveries
         self._load_job = load
         self._project = project
+        self._configured = frozenset(configured)
         self._concurrency = concurrency
         self._catch_up_s = catch_up_s
         self._lock = asyncio.Lock()
@@ -137,8 +150,7 @@ class JobIndex:
         self._dirty: set[str] = set()
         self._projected: set[str] = set()
         self._clusters: dict[str, str] = {}
-        self._status_seen = 0
-        self._record_seen = 0
+        self._seen = {"status": 0, "record": 0}  # the stream seqs each feed reached
 
     # -------------------------------------------------------------------- what is known
 
@@ -155,25 +167,27 @@ class JobIndex:
         if summary.seq >= self._last.get(summary.job_id, 0):
             self._dirty.discard(summary.job_id)
 
-    def _on_status(self, entry: LatestEntry) -> None:
+    def _on_status(self, entry: LatestEntry) -> int:
         try:
             status = decode(entry.payload, Status)
         except DecodeError:
             log.warning("status.undecodable", extra={"seq": entry.seq}, exc_info=True)
-            return
+            return entry.seq
         for ref in status.objects[:1]:
             self._clusters.setdefault(status.job_id, ref.cluster)
         self._projected.discard(status.job_id)
         if status.job_id in self._unreadable:
             self._stale.add(status.job_id)  # published from before the unreadable event
         self._put(JobSummary.of(status))
+        return entry.seq
 
-    def _on_append(self, job_id: str, seq: int) -> None:
+    def _on_append(self, job_id: str, seq: int) -> int:
         if seq > self._last.get(job_id, 0):
             self._last[job_id] = seq
         known = self._jobs.get(job_id)
         if known is None or known.seq < seq:
             self._dirty.add(job_id)
+        return seq
 
     # ---------------------------------------------------------------------------- feeds
 
@@ -186,35 +200,24 @@ class JobIndex:
             self._failed_at = time.monotonic()
             self._moved.notify_all()
 
-    async def _follow_statuses(self, feed: LatestFeed) -> None:
+    async def _follow(
+        self, what: Literal["status", "record"], feed: _Feed[F], take: Callable[[F], int]
+    ) -> None:
+        """Take each item of ``feed`` into the index (``take`` returns its stream seq, now
+        seen); when the feed ends or fails, say so, so the next listing builds again."""
         err: BaseException | None = None
         try:
-            async for entry in feed:
-                self._on_status(entry)
+            async for item in feed:
+                seq = take(item)
                 async with self._moved:
-                    self._status_seen = max(self._status_seen, entry.seq)
+                    self._seen[what] = max(self._seen[what], seq)
                     self._moved.notify_all()
         except NatsStoreError as exc:
             err = exc
         finally:
             with contextlib.suppress(NatsStoreError):
                 await feed.aclose()
-        await self._failed("status", err)
-
-    async def _follow_records(self, feed: RecordFeed) -> None:
-        err: BaseException | None = None
-        try:
-            async for job_id, seq in feed:
-                self._on_append(job_id, seq)
-                async with self._moved:
-                    self._record_seen = max(self._record_seen, seq)
-                    self._moved.notify_all()
-        except NatsStoreError as exc:
-            err = exc
-        finally:
-            with contextlib.suppress(NatsStoreError):
-                await feed.aclose()
-        await self._failed("record", err)
+        await self._failed(what, err)
 
     async def _stop(self) -> None:
         tasks, self._tasks = self._tasks, []
@@ -276,14 +279,15 @@ class JobIndex:
         # Follow first, then scan: nothing written during the scan is missed.
         changes = self._statuses.watch((), initial=False)
         await changes.__aenter__()
-        self._tasks.append(asyncio.create_task(self._follow_statuses(changes)))
+        self._tasks.append(asyncio.create_task(self._follow("status", changes, self._on_status)))
         status_last, record_last = await asyncio.gather(
             self._statuses.stream_last_seq(), self._records.stream_last_seq()
         )
-        self._status_seen, self._record_seen = status_last, record_last
+        self._seen = {"status": status_last, "record": record_last}
         appends = self._records.follow(after_seq=record_last)
         await appends.__aenter__()
-        self._tasks.append(asyncio.create_task(self._follow_records(appends)))
+        follow = self._follow("record", appends, lambda change: self._on_append(*change))
+        self._tasks.append(asyncio.create_task(follow))
         entries, ids, observed, _ = await asyncio.gather(
             self._statuses.get_all(),
             self._records.list_jobs(),
@@ -346,7 +350,7 @@ class JobIndex:
 
             def reached() -> bool:
                 return self._feed_failed() or (
-                    self._status_seen >= status_last and self._record_seen >= record_last
+                    self._seen["status"] >= status_last and self._seen["record"] >= record_last
                 )
 
             try:
@@ -356,9 +360,9 @@ class JobIndex:
                 log.warning(
                     "jobindex.behind",
                     extra={
-                        "status_seen": self._status_seen,
+                        "status_seen": self._seen["status"],
                         "status_last": status_last,
-                        "record_seen": self._record_seen,
+                        "record_seen": self._seen["record"],
                         "record_last": record_last,
                     },
                 )
@@ -388,9 +392,13 @@ class JobIndex:
         their facts (:meth:`with_facts`); and every job whose record can't be read.
 
         Raises:
+            BadRequest: a cluster that is neither configured nor any job's (code
+                ``unknown-cluster``, field ``cluster``), as a submission naming it is refused.
             NatsStoreError: the stores didn't answer.
         """
         await self._current()
+        if clusters:
+            await self._refuse_unknown(clusters)
         rows = [self._jobs[j] for j in self._sorted()]
         if states:
             rows = [r for r in rows if r.state in states]
@@ -404,6 +412,26 @@ class JobIndex:
         ]
         unreadable = tuple(self._unreadable[j] for j in sorted(self._unreadable))
         return rows, unreadable
+
+    async def _refuse_unknown(self, clusters: Collection[str]) -> None:
+        """Refuse a listing by a cluster neither configured nor any job's: a typo would
+        otherwise list no jobs, as if the cluster had none. A cluster dropped from the
+        configuration is still known while jobs of it remain (their records say so; the
+        jobs whose cluster isn't known yet are folded, only on this path)."""
+        strange = set(clusters) - self._configured
+        if not strange:
+            return
+        await self._bounded([j for j in self._jobs if self.cluster_known(j) is None], self._fold)
+        held = {c for c in map(self.cluster_known, self._jobs) if c is not None}
+        strange -= held
+        if strange:
+            names = ", ".join(repr(c) for c in sorted(strange))
+            known = ", ".join(sorted(self._configured | held)) or "none is configured"
+            raise BadRequest(
+                f"unknown cluster{'s' if len(strange) > 1 else ''} {names} (known: {known})",
+                code="unknown-cluster",
+                field="cluster",
+            )
 
     async def facts(self, job_id: str) -> JobFacts | None:
         """The job's facts (its record folded once, the first time they are asked for);
@@ -481,19 +509,6 @@ MAX_OFFSET: Final = 10**9
 """The largest ``offset`` (and ``limit``) a listing takes."""
 
 
-def _int(query: MultiMapping[str], name: str, low: int, high: int) -> int | None:
-    raw = query.get(name)
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        value = low - 1
-    if not low <= value <= high:
-        raise BadRequest(f"{name} must be an integer in {low}..{high}, got {raw!r}", field=name)
-    return value
-
-
 def parse_listing(
     query: MultiMapping[str], *, default_limit: int | None = None, max_limit: int = MAX_OFFSET
 ) -> ListingQuery:
@@ -516,7 +531,7 @@ def parse_listing(
     after = query.get("after") or None
     if after is not None and not is_job_id(after):
         raise BadRequest(f"after must be a job id, got {after!r}", field="after")
-    limit = _int(query, "limit", 1, max_limit)
+    limit = query_int(query, "limit", 1, max_limit)
     return ListingQuery(
         states=frozenset(states) or None,
         clusters=frozenset(
@@ -524,6 +539,6 @@ def parse_listing(
         )
         or None,
         after=after,
-        offset=_int(query, "offset", 0, MAX_OFFSET) or 0,
+        offset=query_int(query, "offset", 0, MAX_OFFSET) or 0,
         limit=default_limit if limit is None else limit,
     )

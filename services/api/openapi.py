@@ -71,6 +71,22 @@ _RESPONSES: Final = (
 _JSON: Final = "application/json"
 
 
+def _query(
+    name: str, description: str, schema: dict[str, Any], *, repeated: bool = False
+) -> dict[str, Any]:
+    """An optional query parameter; ``repeated``: given again (or comma-separated) for more."""
+    param: dict[str, Any] = {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": schema,
+    }
+    if repeated:
+        param.update(style="form", explode=True)
+    return param
+
+
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": _REF.format(name=name)}
 
@@ -183,47 +199,35 @@ def _paths() -> dict[str, Any]:
                     "with `after` set to the previous page's `next_after`."
                 ),
                 "parameters": [
-                    {
-                        "name": "state",
-                        "in": "query",
-                        "required": False,
-                        "description": "Only jobs in these states (repeat, or comma-separate).",
-                        "schema": {"type": "array", "items": _ref("State")},
-                        "style": "form",
-                        "explode": True,
-                    },
-                    {
-                        "name": "cluster",
-                        "in": "query",
-                        "required": False,
-                        "description": "Only jobs on these clusters (their `spec.cluster`; "
+                    _query(
+                        "state",
+                        "Only jobs in these states (repeat, or comma-separate).",
+                        {"type": "array", "items": _ref("State")},
+                        repeated=True,
+                    ),
+                    _query(
+                        "cluster",
+                        "Only jobs on these clusters (their `spec.cluster`; "
                         "repeat, or comma-separate).",
-                        "schema": {"type": "array", "items": {"type": "string"}},
-                        "style": "form",
-                        "explode": True,
-                    },
-                    {
-                        "name": "after",
-                        "in": "query",
-                        "required": False,
-                        "description": "Only jobs with a greater id (a keyset page: the "
+                        {"type": "array", "items": {"type": "string"}},
+                        repeated=True,
+                    ),
+                    _query(
+                        "after",
+                        "Only jobs with a greater id (a keyset page: the "
                         "previous page's `next_after`).",
-                        "schema": {"type": "string", "pattern": JOB_ID_PATTERN, "maxLength": 63},
-                    },
-                    {
-                        "name": "offset",
-                        "in": "query",
-                        "required": False,
-                        "description": "Skip this many of the matching jobs.",
-                        "schema": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET},
-                    },
-                    {
-                        "name": "limit",
-                        "in": "query",
-                        "required": False,
-                        "description": "At most this many jobs (absent: every job).",
-                        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_OFFSET},
-                    },
+                        {"type": "string", "pattern": JOB_ID_PATTERN, "maxLength": 63},
+                    ),
+                    _query(
+                        "offset",
+                        "Skip this many of the matching jobs.",
+                        {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET},
+                    ),
+                    _query(
+                        "limit",
+                        "At most this many jobs (absent: every job).",
+                        {"type": "integer", "minimum": 1, "maximum": MAX_OFFSET},
+                    ),
                 ],
                 "responses": {
                     "200": _ok(
@@ -235,7 +239,9 @@ def _paths() -> dict[str, Any]:
                         "JobList",
                     ),
                     "400": _error(
-                        "An unknown state, a bad `after`, `offset` or `limit` (`field` names it)."
+                        "An unknown state, a bad `after`, `offset` or `limit` (`field` names "
+                        "it); a `cluster` neither configured nor any job's (`unknown-cluster`: "
+                        "the message names the known clusters)."
                     ),
                     "401": _UNAUTHORIZED,
                     "default": _DEFAULT,
@@ -267,13 +273,11 @@ def _paths() -> dict[str, Any]:
                 "summary": "The job's record: its events with their seqs.",
                 "parameters": [
                     _JOB_PARAM,
-                    {
-                        "name": "after",
-                        "in": "query",
-                        "required": False,
-                        "description": "Only events with a greater seq (0: all).",
-                        "schema": {"type": "integer", "minimum": 0, "maximum": 2**53},
-                    },
+                    _query(
+                        "after",
+                        "Only events with a greater seq (0: all).",
+                        {"type": "integer", "minimum": 0, "maximum": 2**53},
+                    ),
                 ],
                 "responses": {
                     "200": _ok("The events.", "RecordResponse"),
@@ -341,42 +345,32 @@ def _paths() -> dict[str, Any]:
                 ),
                 "parameters": [
                     _JOB_PARAM,
-                    {
-                        "name": "execution",
-                        "in": "query",
-                        "required": False,
-                        "description": "The submission N (default: the job's latest object).",
-                        "schema": {"type": "integer", "minimum": 1, "maximum": 2**53},
-                    },
-                    {
-                        "name": "stream",
-                        "in": "query",
-                        "required": False,
-                        "description": "Which output (default stdout).",
-                        "schema": {"type": "string", "enum": ["stdout", "stderr"]},
-                    },
-                    {
-                        "name": "offset",
-                        "in": "query",
-                        "required": False,
-                        "description": "The byte offset to start at (default 0).",
-                        "schema": {"type": "integer", "minimum": 0, "maximum": 2**62},
-                    },
-                    {
-                        "name": "limit",
-                        "in": "query",
-                        "required": False,
-                        "description": "The most bytes to send (default: no bound; 0 sends "
+                    _query(
+                        "execution",
+                        "The submission N (default: the job's latest object).",
+                        {"type": "integer", "minimum": 1, "maximum": 2**53},
+                    ),
+                    _query(
+                        "stream",
+                        "Which output (default stdout).",
+                        {"type": "string", "enum": ["stdout", "stderr"]},
+                    ),
+                    _query(
+                        "offset",
+                        "The byte offset to start at (default 0).",
+                        {"type": "integer", "minimum": 0, "maximum": 2**62},
+                    ),
+                    _query(
+                        "limit",
+                        "The most bytes to send (default: no bound; 0 sends "
                         "only the headers, e.g. to learn where the output is).",
-                        "schema": {"type": "integer", "minimum": 0, "maximum": 2**62},
-                    },
-                    {
-                        "name": "follow",
-                        "in": "query",
-                        "required": False,
-                        "description": "Keep sending until the execution ends.",
-                        "schema": {"type": "string", "enum": ["true", "false"]},
-                    },
+                        {"type": "integer", "minimum": 0, "maximum": 2**62},
+                    ),
+                    _query(
+                        "follow",
+                        "Keep sending until the execution ends.",
+                        {"type": "string", "enum": ["true", "false"]},
+                    ),
                 ],
                 "responses": {
                     "200": {
@@ -404,20 +398,16 @@ def _paths() -> dict[str, Any]:
                 "operationId": "listEscalations",
                 "summary": "Escalations across jobs (from their records), oldest first.",
                 "parameters": [
-                    {
-                        "name": "delivered",
-                        "in": "query",
-                        "required": False,
-                        "description": "Only delivered (`true`) or undelivered (`false`) ones.",
-                        "schema": {"type": "string", "enum": ["true", "false"]},
-                    },
-                    {
-                        "name": "job",
-                        "in": "query",
-                        "required": False,
-                        "description": "Only this job's.",
-                        "schema": {"type": "string", "pattern": JOB_ID_PATTERN, "maxLength": 63},
-                    },
+                    _query(
+                        "delivered",
+                        "Only delivered (`true`) or undelivered (`false`) ones.",
+                        {"type": "string", "enum": ["true", "false"]},
+                    ),
+                    _query(
+                        "job",
+                        "Only this job's.",
+                        {"type": "string", "pattern": JOB_ID_PATTERN, "maxLength": 63},
+                    ),
                 ],
                 "responses": {
                     "200": _ok(

@@ -303,6 +303,7 @@ class Operations:
             discoveries=discoveries,
             load=self._load_job,
             project=self._project,
+            configured=self._declarations,
             concurrency=concurrency,
         )
 
@@ -517,6 +518,8 @@ class Operations:
             limit: at most this many jobs (None: all).
 
         Raises:
+            BadRequest: a cluster in ``clusters`` that is neither configured nor any job's
+                (code ``unknown-cluster``, field ``cluster``; the message names the known).
             NatsStoreError: the stores didn't answer (503 or 500).
         """
         return await self._index.page(

@@ -124,6 +124,10 @@ class NotifierConfig(NatsSettings, frozen=True, kw_only=True, forbid_unknown_fie
     """Send a notice (id ``held:<instance>``, routed like an escalation) as soon as a job is
     held (a recovery hold or a person's hold), so the on-call knows it waits for them; it is
     not an escalation and nothing is recorded (``dispatch up`` turns it on)."""
+    answer_command: str = "dispatch"
+    """The command a held notice's answers name (``dispatch release JOB ...``): ``dispatch
+    up`` sets the one its user ran it by (``.venv/bin/dispatch`` when the venv is not on
+    ``PATH``), so the answer runs as printed in that terminal."""
 
 
 class WebhookSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True,

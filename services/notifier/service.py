@@ -562,7 +562,7 @@ class Notifier:
         notice = Notice(
             job_id=job_id,
             id=notice_id,
-            detail=_held_detail(job_id, hold),
+            detail=_held_detail(job_id, hold, self._cfg.answer_command),
             at=hold.placed_at,
             severity=self._router.severity_of(notice_id),
             link=link,
@@ -674,8 +674,10 @@ _REASON: Final = '--reason "..."'
 """Every printed answer carries it: the CLI requires a reason, so the line can be copied."""
 
 
-def _held_detail(job_id: str, hold: Hold) -> str:
-    """What the on-call reads of a hold: whose, why, until when, and how to answer it."""
+def _held_detail(job_id: str, hold: Hold, command: str = "dispatch") -> str:
+    """What the on-call reads of a hold: whose, why, until when, and how to answer it (with
+    ``command``, the CLI as the reader runs it)."""
+    c = command
     if hold.kind is HoldKind.RECOVERY:
         ended = ""
         if hold.cause is not None:
@@ -683,12 +685,12 @@ def _held_detail(job_id: str, hold: Hold) -> str:
             ended = f" after an execution ended {hold.cause.kind}{words}"
         what = f"held by a recovery rule{ended}: {hold.reason}"
         answer = (
-            f"dispatch resubmit {job_id} {_REASON}, dispatch cancel {job_id} {_REASON} or "
-            f"dispatch give-up {job_id} {_REASON} (release can't lift a recovery hold)"
+            f"{c} resubmit {job_id} {_REASON}, {c} cancel {job_id} {_REASON} or "
+            f"{c} give-up {job_id} {_REASON} (release can't lift a recovery hold)"
         )
     else:
         what = f"held by {hold.by.name}: {hold.reason}"
-        answer = f"dispatch release {job_id} {_REASON} (or dispatch cancel {job_id} {_REASON})"
+        answer = f"{c} release {job_id} {_REASON} (or {c} cancel {job_id} {_REASON})"
     return (
         f"job {job_id} is {what}; it waits for a person (overdue at "
         f"{hold.deadline.isoformat()}). Answer: {answer}"

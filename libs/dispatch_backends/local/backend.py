@@ -256,8 +256,32 @@ class LocalBackend:
             raise LaunchRefusedError(self._cluster, str(err)) from err
         except TimeoutError as err:
             raise LaunchUnknownError(self._cluster, str(err)) from err
+        return self._launched("local.object.started", launch, object_id, unknown=unknown)
+
+    def _resume(self, launch: Launch, object_id: str, path: Path, *, unknown: bool) -> ObjectRef:
+        """A second start of a launch an earlier start made ``meta.json`` for: return that
+        object, first giving it the runner the earlier start did not (its process died
+        before, or while, asking for one). Never a second object, never a second runner
+        (the runner's ``runner.json`` is created exclusively)."""
+        if path.parent == self._store.objects and not (path / _r.RUNNER_FILE).exists():
+            try:
+                self._store.spawn(path, env=self._execution_env(), timeout_s=self._start_timeout_s)
+            except RuntimeError as err:
+                if not (path / _r.RUNNER_FILE).exists():
+                    raise LaunchRefusedError(self._cluster, str(err)) from err
+            except TimeoutError as err:
+                raise LaunchUnknownError(self._cluster, str(err)) from err
+        return self._launched("local.object.resumed", launch, object_id, unknown=unknown)
+
+    def _launched(self, event: str, launch: Launch, object_id: str, *, unknown: bool) -> ObjectRef:
+        """Log ``event`` for the launch's object and return it; with the ``unknown`` fault
+        injected, raise instead, as a start whose answer was lost would.
+
+        Raises:
+            LaunchUnknownError: ``unknown``.
+        """
         log.info(
-            "local.object.started",
+            event,
             extra={
                 "object_id": object_id,
                 "job_id": launch.intent.job_id,
@@ -268,33 +292,6 @@ class LocalBackend:
         if unknown:
             raise LaunchUnknownError(self._cluster, "launch outcome unknown (fault injection)")
         return ObjectRef(cluster=self._cluster, id=object_id)
-
-    def _resume(self, launch: Launch, object_id: str, path: Path, *, unknown: bool) -> ObjectRef:
-        """A second start of a launch an earlier start made ``meta.json`` for: return that
-        object, first giving it the runner the earlier start did not (its process died
-        before, or while, asking for one). Never a second object, never a second runner
-        (the runner's ``runner.json`` is created exclusively)."""
-        ref = ObjectRef(cluster=self._cluster, id=object_id)
-        if path.parent == self._store.objects and not (path / _r.RUNNER_FILE).exists():
-            try:
-                self._store.spawn(path, env=self._execution_env(), timeout_s=self._start_timeout_s)
-            except RuntimeError as err:
-                if not (path / _r.RUNNER_FILE).exists():
-                    raise LaunchRefusedError(self._cluster, str(err)) from err
-            except TimeoutError as err:
-                raise LaunchUnknownError(self._cluster, str(err)) from err
-        log.info(
-            "local.object.resumed",
-            extra={
-                "object_id": object_id,
-                "job_id": launch.intent.job_id,
-                "submission": launch.submission,
-                "attempt": launch.attempt,
-            },
-        )
-        if unknown:
-            raise LaunchUnknownError(self._cluster, "launch outcome unknown (fault injection)")
-        return ref
 
     async def open_gate(self, ref: ObjectRef) -> None:
         """Open dispatch's gate of ``ref``: its runner runs the command now. Opening an open

@@ -35,7 +35,7 @@ from dispatch_core import (
 from dispatch_nats import LatestEntry
 from services.api.auth import Authenticator
 from services.api.errors import ApiError, BadRequest, NotFound, UnreadableRecord
-from services.api.feeds import pump_feed
+from services.api.feeds import FeedQueue, serve_feed
 from services.api.jobindex import parse_listing
 from services.api.operations import Operations
 from services.api.schemas import JobSummary
@@ -62,7 +62,7 @@ _MADE_ID: Final = re.compile(r"^(?P<name>.+)-[a-z2-7]{8}$")
 
 _OPS: Final = web.AppKey("web_ops", Operations)
 _AUTH: Final = web.AppKey("web_auth", Authenticator)
-_STREAMS: Final[web.AppKey[set[asyncio.Queue[LatestEntry | None]]]] = web.AppKey("web_streams")
+_STREAMS: Final[web.AppKey[set[FeedQueue]]] = web.AppKey("web_streams")
 
 
 def _actor(request: web.Request) -> Actor:
@@ -304,64 +304,38 @@ async def _preview(request: web.Request) -> web.Response:
 async def _changes(request: web.Request) -> web.StreamResponse:
     """SSE (``event: job``) of each job's Status head (:class:`JobSummary`) as it changes."""
     _actor(request)
-    ops = request.app[_OPS]
-    queue: asyncio.Queue[LatestEntry | None] = asyncio.Queue(maxsize=4096)
-    streams = request.app[_STREAMS]
-    response = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-        }
+
+    async def opening(response: web.StreamResponse, _queue: FeedQueue) -> bool:
+        await response.write(b": live\n\n")
+        return True
+
+    def frame(entry: LatestEntry) -> bytes | None:
+        try:
+            status = decode(entry.payload, Status)
+        except DecodeError:
+            return None
+        return b"event: job\ndata: " + encode(JobSummary.of(status)) + b"\n\n"
+
+    return await serve_feed(
+        request,
+        request.app[_OPS].watch_changes(),
+        frame,
+        streams=request.app[_STREAMS],
+        what="web.changes",
+        heartbeat_s=_HEARTBEAT_S,
+        queue_size=4096,
+        opening=opening,
     )
-    streams.add(queue)
-    try:
-        async with ops.watch_changes() as feed:
-            await response.prepare(request)
-            await response.write(b": live\n\n")
-            pump = asyncio.create_task(pump_feed(feed, queue, what="web.changes"))
-            try:
-                while True:
-                    transport = request.transport
-                    if transport is None or transport.is_closing():
-                        break
-                    try:
-                        entry = await asyncio.wait_for(queue.get(), _HEARTBEAT_S)
-                    except TimeoutError:
-                        await response.write(b": heartbeat\n\n")
-                        continue
-                    if entry is None:
-                        break
-                    try:
-                        status = decode(entry.payload, Status)
-                    except DecodeError:
-                        continue
-                    data = encode(JobSummary.of(status))
-                    await response.write(b"event: job\ndata: " + data + b"\n\n")
-            finally:
-                pump.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await pump
-    except ConnectionResetError:
-        log.debug("web.changes_client_gone")
-    finally:
-        streams.discard(queue)
-    return response
 
 
-async def _close_streams(app: web.Application) -> None:
-    queues = app[_STREAMS]
-    for queue in tuple(queues):
-        with contextlib.suppress(asyncio.QueueFull):
-            queue.put_nowait(None)
-
-
-def mount(app: web.Application, ops: Operations, auth: Authenticator) -> None:
-    """Add the web page's routes (package docstring) to the API's application ``app``."""
+def mount(
+    app: web.Application, ops: Operations, auth: Authenticator, streams: set[FeedQueue]
+) -> None:
+    """Add the web page's routes (package docstring) to the API's application ``app``; its
+    change streams join ``streams``, the API's open streams (all ended at shutdown)."""
     app[_OPS] = ops
     app[_AUTH] = auth
-    app[_STREAMS] = set()
-    app.on_shutdown.append(_close_streams)
+    app[_STREAMS] = streams
     app.router.add_get("/", _index)
     app.router.add_get("/ui/static/{name}", _asset)
     app.router.add_get("/ui/api/me", _me)

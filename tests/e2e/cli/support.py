@@ -26,6 +26,7 @@ from dispatch_backends.local import Faults, kill_all
 from dispatch_cli.embedded import free_port
 
 __all__ = [
+    "PROGRAM",
     "REPO",
     "RESUBMIT",
     "WAIT_FOR_FLAG",
@@ -39,6 +40,10 @@ __all__ = [
 
 REPO: Final = Path(__file__).resolve().parents[3]
 T = TypeVar("T")
+
+PROGRAM: Final = f"{sys.executable} -m dispatch_cli"
+"""What the CLI run by :func:`run_cli` names itself in the commands it prints to run
+(``dispatch_cli.program``: run as ``python -m dispatch_cli``, it says so)."""
 
 WAIT_FOR_FLAG: Final = 'while [ ! -e "$FLAG" ]; do sleep 0.1; done; echo finished'
 """A job that runs until the test creates its ``$FLAG`` file, then exits 0."""

@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 
+from dispatch_cli.errors import EXIT_INVALID
 from dispatch_core import COVERABLE_CAUSES
 from tests.e2e.cli.conftest import JobFile
 from tests.e2e.cli.support import (
+    PROGRAM,
     RESUBMIT,
     WAIT_FOR_FLAG,
     Up,
@@ -161,7 +163,7 @@ def test_status_escalations_and_record_show_a_failed_job_and_how_to_answer(
     assert 'non-zero-exit: "exit code 3" (application)' in detail.out
     assert "history (committed transitions, oldest first)" in detail.out
     assert "failed:non-zero-exit" in detail.out
-    assert f'answer: to run it again: dispatch supersede {job} --reason "..."' in detail.out
+    assert f'answer: to run it again: {PROGRAM} supersede {job} --reason "..."' in detail.out
     assert "outcome.committed" in detail.out
 
     def escalated() -> None:
@@ -272,8 +274,8 @@ def test_hold_release_and_what_is_refused_on_a_running_job(up: Up, job_file: Job
     hold = held.json()["status"]["hold"]
     assert (hold["kind"], hold["reason"]) == ("actor", "node maintenance")
     detail = up.dispatch("status", job)
-    assert f'  answer      dispatch release {job} --reason "..."' in detail.out, detail.out
-    assert "dispatch give-up" not in detail.out, detail.out
+    assert f'  answer      {PROGRAM} release {job} --reason "..."' in detail.out, detail.out
+    assert f"{PROGRAM} give-up" not in detail.out, detail.out
     text = up.dispatch("release", job, "--reason", "maintenance done")
     assert text.code == 0, str(text)
     assert f"release: committed to job {job}" in text.out
@@ -327,10 +329,12 @@ def test_a_recovery_hold_is_answered_by_resubmit_and_give_up(up: Up, job_file: J
     # Held notices are on under `dispatch up` (issue 15): the notifier tells the terminal
     # channel at once that the job waits for a person; it is no escalation in the record.
     eventually(lambda: _assert_in(f"dispatch job {job}: held:1:", up.output()), timeout_s=30)
+    # ... with answers naming the CLI as this terminal runs it (NOTIFIER_ANSWER_COMMAND)
+    assert f'{PROGRAM} resubmit {job} --reason "..."' in up.output(), up.output()
     answers = [
-        f'dispatch resubmit {job} --reason "..."',
-        f'dispatch cancel {job} --reason "..."',
-        f'dispatch give-up {job} --reason "..."',
+        f'{PROGRAM} resubmit {job} --reason "..."',
+        f'{PROGRAM} cancel {job} --reason "..."',
+        f'{PROGRAM} give-up {job} --reason "..."',
     ]
     detail = up.dispatch("status", job)
     assert detail.code == 0, str(detail)
@@ -338,7 +342,7 @@ def test_a_recovery_hold_is_answered_by_resubmit_and_give_up(up: Up, job_file: J
     assert f"  answer      {answers[0]}" in detail.out, detail.out
     for answer in answers:
         assert answer in detail.out, detail.out
-    assert "dispatch release" not in detail.out, detail.out
+    assert f"{PROGRAM} release" not in detail.out, detail.out
     listing = up.dispatch("status")
     (row,) = [line for line in listing.out.splitlines() if line.startswith(job)]
     assert "recovery on non-zero-exit (exit 4)" in row, listing.out
@@ -354,7 +358,7 @@ def test_a_recovery_hold_is_answered_by_resubmit_and_give_up(up: Up, job_file: J
     with subprocess.Popen(cmd, env=up.env(), stdout=subprocess.PIPE, text=True) as watching:
         assert watching.stdout is not None
         for line in watching.stdout:  # the held line, then the hint, once
-            if "dispatch give-up" in line:
+            if f"{PROGRAM} give-up" in line:
                 break
         gave_up = up.dispatch("give-up", job, "--reason", "fails every time")
         assert gave_up.code == 0, str(gave_up)
@@ -363,7 +367,7 @@ def test_a_recovery_hold_is_answered_by_resubmit_and_give_up(up: Up, job_file: J
     final = up.wait_status(job, lambda s: s["settled"])
     assert (final["state"], final["cause"]["kind"]) == ("failed", "non-zero-exit")
     assert "ended by" not in rest, f"the hint shown again: {rest}"
-    assert "dispatch give-up" not in rest, f"the hint shown again: {rest}"
+    assert f"{PROGRAM} give-up" not in rest, f"the hint shown again: {rest}"
 
 
 def test_emergency_stop_cancels_a_running_job(up: Up, job_file: JobFile) -> None:
@@ -390,7 +394,7 @@ def test_abandon_disposes_of_a_foreign_object(up: Up, job_file: JobFile) -> None
 
     eventually(escalated, timeout_s=60)
     detail = up.dispatch("status", job)
-    assert f"dispatch abandon {job} --foreign local/{foreign}" in detail.out, detail.out
+    assert f"{PROGRAM} abandon {job} --foreign local/{foreign}" in detail.out, detail.out
 
     up.faults.preempt(foreign)  # "stop it on the scheduler yourself"
     bad = up.dispatch("abandon", job, "--foreign", "local-no-slash", "--reason", "x")
@@ -425,7 +429,7 @@ def test_an_unreachable_api_says_where_and_how_to_start_one(tmp_path: Path) -> N
     result = run_cli("status", env=env)
     assert result.code == 3, str(result)
     assert f"cannot reach the dispatch API at {url} (connection refused)" in result.err
-    assert "dispatch up" in result.err
+    assert f"`{PROGRAM} up`" in result.err
     watched = run_cli("watch", "some-job", env=env)
     assert watched.code == 3, str(watched)
 
@@ -614,7 +618,7 @@ def test_status_lists_cluster_age_and_checkpoint_filtered_and_a_page_at_a_time(
         assert all(re.fullmatch(r"\d+[smhd]", r[4]) for r in rows), first.out
         assert rows[0][5] == "-", first.out  # the job wrote nothing: its root is not there
         assert rows[1][5:7] == ["step", "500"], first.out
-        assert lines[-1] == "more: dispatch status --limit 2 --after zzpage-2", first.out
+        assert lines[-1] == f"more: {PROGRAM} status --limit 2 --after zzpage-2", first.out
 
         second = up.dispatch("status", "--limit", "2", "--after", "zzpage-2")
         assert second.code == 0, str(second)
@@ -625,9 +629,14 @@ def test_status_lists_cluster_age_and_checkpoint_filtered_and_a_page_at_a_time(
             "status", "--after", "zzpage-0", "--cluster", "local", "--state", "running"
         )
         assert [line.split()[0] for line in filtered.out.splitlines()[1:]] == ids
+        # A cluster the API doesn't know is said, not listed as if it had no jobs.
         elsewhere = up.dispatch("status", "--after", "zzpage-0", "--cluster", "mars")
-        assert elsewhere.code == 0, str(elsewhere)
-        assert elsewhere.out.strip() == "no jobs match"
+        assert elsewhere.code == EXIT_INVALID, str(elsewhere)
+        assert elsewhere.out == "", str(elsewhere)
+        assert elsewhere.err.strip() == (
+            "error: invalid request (400 unknown-cluster) (field cluster): "
+            "unknown cluster 'mars' (known: local)"
+        ), str(elsewhere)
         settled = up.dispatch("status", "--after", "zzpage-0", "--state", "succeeded")
         assert "zzpage" not in settled.out
 

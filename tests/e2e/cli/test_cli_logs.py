@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cli.conftest import JobFile
-from tests.e2e.cli.support import REPO, Up, eventually, flag_of
+from tests.e2e.cli.support import PROGRAM, REPO, Up, eventually, flag_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -90,7 +90,7 @@ def test_logs_shows_the_output_and_follow_streams_until_the_execution_ends(
     stdout_file = Path(where.split()[1])
     assert stdout_file.name == "stdout"
     assert stdout_file.is_relative_to(up.local_data_dir)
-    assert f"dispatch logs {job}" in where
+    assert f"{PROGRAM} logs {job}" in where
 
     follower = _Follower(up, job)
     try:

@@ -5,6 +5,8 @@ the CLI's errors and exit codes."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ import pytest
 
 from dispatch_core import State, Status
 from dispatch_sdk import ApiError, AsyncClient, Client, Unreachable, UsageError
-from tests.e2e.cli.support import RESUBMIT, WAIT_FOR_FLAG, Up, eventually
+from tests.e2e.cli.support import RESUBMIT, WAIT_FOR_FLAG, Up, cli_env, eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -50,7 +52,10 @@ def test_submit_status_list_record_and_watch_until_it_settles(up: Up, tmp_path: 
         assert [(j.job_id, j.cluster) for j in page.jobs] == [(job, "local")]
         assert (page.total, page.next_after) == (1, None)
         assert page.jobs[0].created_at is not None
-        assert api.list(clusters=["mars"]).total == 0
+        with pytest.raises(ApiError) as unknown:  # a typo is said, not an empty list
+            api.list(clusters=["mars"])
+        assert (unknown.value.status, unknown.value.code) == (400, "unknown-cluster")
+        assert unknown.value.api_message == "unknown cluster 'mars' (known: local)"
         assert api.record(job).events[0].event.job_id == job
 
         seen: list[Status] = []
@@ -163,3 +168,16 @@ async def test_logs_sync_and_async_read_and_follow_a_job_s_output(up: Up, tmp_pa
         assert b"".join(got) == b"hello\ndone\n"
         errors = [data async for data in aapi.logs(job, stderr=True)]
         assert b"".join(errors) == b"bye\n"
+
+
+@pytest.mark.parametrize("first", ["dispatch_sdk", "dispatch_sdk.client", "dispatch_cli"])
+def test_the_sdk_imports_first_in_a_fresh_interpreter(first: str) -> None:
+    """``from dispatch_sdk import Client`` as a program's first import (the README's): the
+    SDK and the CLI import each other's modules, and a cycle through the packages' own
+    ``__init__`` failed with ImportError when the SDK was imported first."""
+    code = f"import {first}\nfrom dispatch_sdk import AsyncClient, Client\nprint(Client)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=cli_env(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "dispatch_sdk.client.Client" in done.stdout, done.stdout

@@ -64,14 +64,16 @@ def test_every_answer_a_held_notice_prints_carries_a_reason(kind: HoldKind) -> N
         placed_at=AT,
         deadline=AT + timedelta(hours=1),
     )
-    detail = _held_detail("j1", hold)
-    answer = detail.split("Answer: ", 1)[1]
-    commands = [
-        c for c in ("release", "resubmit", "cancel", "give-up") if f"dispatch {c} " in answer
-    ]
-    assert commands
-    for command in commands:
-        assert f'dispatch {command} j1 --reason "..."' in answer, answer
+    for program in ("dispatch", ".venv/bin/dispatch"):  # NOTIFIER_ANSWER_COMMAND
+        detail = _held_detail("j1", hold, program)
+        answer = detail.split("Answer: ", 1)[1]
+        commands = [
+            c for c in ("release", "resubmit", "cancel", "give-up") if f"{program} {c} " in answer
+        ]
+        assert commands
+        for command in commands:
+            assert f'{program} {command} j1 --reason "..."' in answer, answer
+        assert answer.count(program) == len(commands), answer
 
 
 def test_people_get_the_web_page_and_the_webhook_keeps_the_api_url() -> None:

@@ -30,6 +30,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from dispatch_ckpt.checkpoints import Checkpoints
 from dispatch_ckpt.errors import InvalidPath, InvalidRoot
+from dispatch_ckpt.integrations import opened
 from dispatch_ckpt.names import Publication
 from dispatch_ckpt.posix import PosixStore
 
@@ -49,19 +50,14 @@ class DispatchCallback(TrainerCallback):
         """Open the root for this execution.
 
         Args:
-            root: the checkpoint root, a path; or give ``ckpt``.
-            ckpt: an opened root (its attempt and epoch are used).
-            environ: where to read ``DISPATCH_ATTEMPT`` / ``DISPATCH_EPOCH``; default
-                ``os.environ``.
+            root, ckpt, environ: the root to publish to (:func:`opened`); a path.
 
         Raises:
             ValueError: neither or both of ``root`` and ``ckpt`` given.
             InvalidRoot: the root is not a path (the Trainer saves to local folders).
             InvalidEnvironment: see :meth:`Checkpoints.open`.
         """
-        if (root is None) == (ckpt is None):
-            raise ValueError("give exactly one of root and ckpt")
-        self.ckpt = ckpt if ckpt is not None else Checkpoints.open(str(root), environ or os.environ)
+        self.ckpt = opened(root, ckpt, environ)
         if not isinstance(self.ckpt.store, PosixStore):
             raise InvalidRoot(
                 self.ckpt.root,

@@ -18,7 +18,6 @@ folder's top-k bookkeeping behind: as intended, this execution never rotates ano
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +26,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from dispatch_ckpt.checkpoints import Checkpoints
 from dispatch_ckpt.errors import InvalidPath
+from dispatch_ckpt.integrations import opened
 from dispatch_ckpt.names import Publication
 
 __all__ = ["DispatchModelCheckpoint"]
@@ -47,10 +47,7 @@ class DispatchModelCheckpoint(ModelCheckpoint):
         """Open the root for this execution and configure ``ModelCheckpoint``.
 
         Args:
-            root: the checkpoint root (path or ``s3://bucket/prefix``); or give ``ckpt``.
-            ckpt: an opened root (its attempt and epoch are used).
-            environ: where to read ``DISPATCH_ATTEMPT`` / ``DISPATCH_EPOCH``; default
-                ``os.environ``.
+            root, ckpt, environ: the root to publish to (:func:`opened`).
             dirpath: where to save, inside the execution folder; default: the folder itself.
             **kwargs: the other ``ModelCheckpoint`` arguments (``every_n_train_steps``,
                 ``save_top_k``, ``filename``, ...).
@@ -60,9 +57,7 @@ class DispatchModelCheckpoint(ModelCheckpoint):
             InvalidPath: ``dirpath`` is outside the execution folder.
             MissingEnvironment: ``DISPATCH_ATTEMPT`` missing.
         """
-        if (root is None) == (ckpt is None):
-            raise ValueError("give exactly one of root and ckpt")
-        self.ckpt = ckpt if ckpt is not None else Checkpoints.open(str(root), environ or os.environ)
+        self.ckpt = opened(root, ckpt, environ)
         exec_dir = self.ckpt.exec_dir()
         if dirpath is None:
             dirpath = exec_dir

@@ -19,7 +19,6 @@ DCP and publish with ``dispatch-ckpt watch``.
 from __future__ import annotations
 
 import io
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +27,7 @@ import torch
 
 from dispatch_ckpt.checkpoints import Checkpoints
 from dispatch_ckpt.errors import AlreadyPublished, IncompatibleSave
+from dispatch_ckpt.integrations import opened
 from dispatch_ckpt.names import Publication, encode_name
 from dispatch_ckpt.store import PUB_DIR
 
@@ -56,18 +56,13 @@ class TorchCheckpoints:
         """Open the root for this execution.
 
         Args:
-            root: the checkpoint root (path or ``s3://bucket/prefix``); or give ``ckpt``.
-            ckpt: an opened root (its attempt and epoch are used).
-            environ: where to read ``DISPATCH_ATTEMPT`` / ``DISPATCH_EPOCH``; default
-                ``os.environ``.
+            root, ckpt, environ: the root to publish to (:func:`opened`).
 
         Raises:
             ValueError: neither or both of ``root`` and ``ckpt`` given.
             InvalidRoot, InvalidEnvironment: see :meth:`Checkpoints.open`.
         """
-        if (root is None) == (ckpt is None):
-            raise ValueError("give exactly one of root and ckpt")
-        self.ckpt = ckpt if ckpt is not None else Checkpoints.open(str(root), environ or os.environ)
+        self.ckpt = opened(root, ckpt, environ)
 
     def save_relpath(self, step: int) -> str:
         """Return where :meth:`save` puts ``step``: ``exec/<attempt>/step-<step:020d>.pt``."""
