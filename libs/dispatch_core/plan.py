@@ -66,8 +66,8 @@ from dispatch_core.events import (
 )
 from dispatch_core.failover import current_cluster, failover_cluster, staying_cluster
 from dispatch_core.fold import fold
-from dispatch_core.policy import planned_wait_s
 from dispatch_core.job import Attempt, Hold, Job, LaunchOutcome, ObjectRecord, Submission
+from dispatch_core.policy import planned_wait_s
 from dispatch_core.progress import Verdict, fact_for, last_step, observe, verdict
 from dispatch_core.project import settled
 from dispatch_core.state import (

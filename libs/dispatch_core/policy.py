@@ -70,7 +70,8 @@ def validate(policy: RecoveryPolicy) -> None:
     resubmit rule (only a new submission can go elsewhere), or lists a name that is not a
     cluster token or one cluster twice (issue 14, part 2); it sets ``wait_s`` and doesn't
     cover ``no-capacity``, or sets one that is not a positive, finite number of seconds of at
-    most ``MAX_HOLD_FOR_S`` (docs/core-semantics.md, "No capacity"). Nothing else is illegal (whether
+    most ``MAX_HOLD_FOR_S`` (docs/core-semantics.md, "No capacity"). Nothing else is illegal
+    (whether
     each listed cluster exists, takes the spec and sees its checkpoint root is the API's
     check against the clusters file).
 
@@ -170,8 +171,7 @@ def _validate_wait(i: int, on: tuple[CauseKind, ...], wait_s: float | None) -> N
         raise InvalidPolicy(
             i,
             CauseKind.NO_CAPACITY.value,
-            f"wait_s {wait_s} is not a positive number of seconds of at most "
-            f"{MAX_HOLD_FOR_S:.0f}",
+            f"wait_s {wait_s} is not a positive number of seconds of at most {MAX_HOLD_FOR_S:.0f}",
         )
 
 
