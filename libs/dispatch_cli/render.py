@@ -184,6 +184,8 @@ def plan_lines(plan: Plan) -> list[str]:
             text += f" (hold after {rule.max_without_progress} without progress)"
         if rule.clusters:
             text += f" (fail over: {' -> '.join(rule.clusters)})"
+        if rule.wait_s is not None:
+            text += f" (no capacity for {_duration(rule.wait_s)}: stop and apply)"
         if rule.enforcer.value == "backend":
             text += " [backend enforces it]"
         if rule.substituted_for is not None:
