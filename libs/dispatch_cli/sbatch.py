@@ -28,10 +28,10 @@ look in force and not be. Like sbatch, the first line must be ``#!``.
   recovery rule (:class:`~dispatch_core.RecoveryRule`), in the order written; ``clusters``
   (failover, issue 14 part 2) only for resubmit; ``wait`` (``15m``: ``wait_s``, how long a
   no-capacity wait is tolerated before dispatch stops the object and applies the rule,
-  default 10 minutes) only on a rule whose ``on`` has ``no-capacity``. ``action`` is ``resubmit``, ``hold``, ``escalate``,
-  ``restart`` or ``requeue``; ``budget`` (default 3) and ``max-without-progress`` only for resubmit,
-  restart and requeue; ``for`` (``12h``: when the hold is overdue) only for hold;
-  ``enforcer`` is ``supervisor`` (default) or ``backend``.
+  default 10 minutes) only on a rule whose ``on`` has ``no-capacity``. ``action`` is
+  ``resubmit``, ``hold``, ``escalate``, ``restart`` or ``requeue``; ``budget`` (default 3)
+  and ``max-without-progress`` only for resubmit, restart and requeue; ``for`` (``12h``:
+  when the hold is overdue) only for hold; ``enforcer`` is ``supervisor`` (default) or ``backend``.
 * ``#DISPATCH checkpoint=<root>``: ``spec.checkpoint`` (``DISPATCH_CHECKPOINT``; ``{job}``
   becomes the job's id, like ``%j``).
 * ``#DISPATCH cluster=<name>``: the cluster, when ``--cluster`` is not given.
