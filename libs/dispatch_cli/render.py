@@ -384,6 +384,8 @@ def event_line(seq: int, event: JobEvent) -> str:
         case StopRequested():
             kind = "emergency stop" if event.emergency else "stop"
             what = f"{kind} of {event.ref.cluster}/{event.ref.id}: {event.why}"
+            if event.cause is not None:  # a no-capacity stop: what the scheduler said
+                what += f" ({cause_text(event.cause)})"
         case NodeLossObserved():
             what = f"{event.ref.cluster}/{event.ref.id} on a lost node: {cause_text(event.cause)}"
         case CessationObserved():
