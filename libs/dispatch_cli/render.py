@@ -185,6 +185,8 @@ def plan_lines(plan: Plan) -> list[str]:
             text += f" (hold after {rule.max_without_progress} without progress)"
         if rule.clusters:
             text += f" (fail over: {' -> '.join(rule.clusters)})"
+        if rule.wait_s is not None:
+            text += f" (no capacity for {_duration(rule.wait_s)}: stop and apply)"
         if rule.enforcer.value == "backend":
             text += " [backend enforces it]"
         if rule.substituted_for is not None:
@@ -384,6 +386,8 @@ def event_line(seq: int, event: JobEvent) -> str:
         case StopRequested():
             kind = "emergency stop" if event.emergency else "stop"
             what = f"{kind} of {event.ref.cluster}/{event.ref.id}: {event.why}"
+            if event.cause is not None:  # a no-capacity stop: what the scheduler said
+                what += f" ({cause_text(event.cause)})"
         case NodeLossObserved():
             what = f"{event.ref.cluster}/{event.ref.id} on a lost node: {cause_text(event.cause)}"
         case CessationObserved():

@@ -24,12 +24,14 @@ look in force and not be. Like sbatch, the first line must be ``#!``.
 **The lines** (words split as the shell does, ``# ...`` after them a comment):
 
 * ``#DISPATCH <action> on=<cause>[,<cause>...] [budget=N] [for=DURATION] [enforcer=WHO]
-  [max-without-progress=N] [clusters=<cluster>[,<cluster>...]]``: one recovery rule
-  (:class:`~dispatch_core.RecoveryRule`), in the order written; ``clusters`` (failover,
-  issue 14 part 2) only for resubmit. ``action`` is ``resubmit``, ``hold``, ``escalate``,
-  ``restart`` or ``requeue``; ``budget`` (default 3) and ``max-without-progress`` only for resubmit,
-  restart and requeue; ``for`` (``12h``: when the hold is overdue) only for hold;
-  ``enforcer`` is ``supervisor`` (default) or ``backend``.
+  [max-without-progress=N] [clusters=<cluster>[,<cluster>...]] [wait=DURATION]``: one
+  recovery rule (:class:`~dispatch_core.RecoveryRule`), in the order written; ``clusters``
+  (failover, issue 14 part 2) only for resubmit; ``wait`` (``15m``: ``wait_s``, how long a
+  no-capacity wait is tolerated before dispatch stops the object and applies the rule,
+  default 10 minutes) only on a rule whose ``on`` has ``no-capacity``. ``action`` is
+  ``resubmit``, ``hold``, ``escalate``, ``restart`` or ``requeue``; ``budget`` (default 3)
+  and ``max-without-progress`` only for resubmit, restart and requeue; ``for`` (``12h``:
+  when the hold is overdue) only for hold; ``enforcer`` is ``supervisor`` (default) or ``backend``.
 * ``#DISPATCH checkpoint=<root>``: ``spec.checkpoint`` (``DISPATCH_CHECKPOINT``; ``{job}``
   becomes the job's id, like ``%j``).
 * ``#DISPATCH cluster=<name>``: the cluster, when ``--cluster`` is not given.
@@ -159,6 +161,11 @@ def _rule(
             if not all(names):
                 raise _fail(where, line, f"clusters={value!r}: name clusters, comma-separated")
             rule["clusters"] = names
+        elif key == "wait":
+            try:
+                rule["wait_s"] = parse_duration(value, option="wait")
+            except UsageError as err:
+                raise _fail(where, line, err.message) from err
         elif key == "enforcer":
             if value not in {e.value for e in Enforcer}:
                 raise _fail(where, line, f"enforcer={value!r}: say supervisor or backend")
@@ -168,10 +175,14 @@ def _rule(
                 where,
                 line,
                 f"unknown key {key!r} for a rule (on=, budget=, for=, enforcer=, "
-                "max-without-progress=, clusters=)",
+                "max-without-progress=, clusters=, wait=)",
             )
     if "on" not in rule:
         raise _fail(where, line, "a rule needs on=CAUSE[,CAUSE...]")
+    if "wait_s" in rule and "no-capacity" not in rule["on"]:
+        raise _fail(
+            where, line, "wait= (how long a no-capacity wait is tolerated) needs on=no-capacity"
+        )
     if action in _BUDGETED and "budget" not in rule:
         rule["budget"] = _DEFAULT_BUDGET
     return rule

@@ -91,6 +91,10 @@ class StopWhy(enum.StrEnum):
     """The job has an outcome and the object still lives."""
     RECOVERY = "recovery"
     """A native requeue or restart the policy doesn't want, or a failed job's live object."""
+    NO_CAPACITY = "no-capacity"
+    """The current submission's object waited, gate open, for the capacity the scheduler
+    said it lacks, for the ``wait_s`` of the rule covering ``no-capacity``
+    (docs/core-semantics.md, "No capacity"); its end is recorded as ``no-capacity``."""
 
 
 class HoldHow(enum.StrEnum):
@@ -219,10 +223,14 @@ class StopRequested(Event, frozen=True, kw_only=True, tag="stop.requested"):
         ref: the object.
         why: a :class:`StopWhy`: ``cancel``, ``fence`` (node-loss window passed),
             ``duplicate``, ``outcome`` (the job has an outcome and the object still lives),
-            ``recovery`` (a native requeue the policy doesn't want).
+            ``recovery`` (a native requeue the policy doesn't want), ``no-capacity`` (a
+            no-capacity wait passed the rule's ``wait_s``).
         emergency: whether it was an emergency stop.
         submission, attempt: for a ``duplicate`` (an object the record never launched), the
             N and a read from it, so the record keeps the object; ``None`` otherwise.
+        cause: for a ``no-capacity`` stop, the ``no-capacity`` cause the scheduler showed
+            (its words in ``detail``): the object's end, once the scheduler confirms it
+            cancelled, is recorded with it. ``None`` otherwise (and on a re-ask).
     """
 
     ref: ObjectRef
@@ -230,6 +238,7 @@ class StopRequested(Event, frozen=True, kw_only=True, tag="stop.requested"):
     emergency: bool = False
     submission: int | None = None
     attempt: int | None = None
+    cause: Cause | None = None
 
 
 class NodeLossObserved(Event, frozen=True, kw_only=True, tag="node-loss.observed"):

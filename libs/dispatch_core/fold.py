@@ -645,6 +645,7 @@ def _apply(acc: _Acc, seq: int, ev: JobEvent) -> None:
                 stop_requested_at=ev.at,
                 stop_why=ev.why,
                 first_stop_requested_at=known.first_stop_requested_at or ev.at,
+                stop_cause=ev.cause if ev.cause is not None else known.stop_cause,
                 emergency_stop_at=ev.at if ev.emergency else known.emergency_stop_at,
             )
             if found is None:

@@ -270,6 +270,8 @@ class ObjectRecord(msgspec.Struct, frozen=True, kw_only=True):
             recovery; ``submission``/``attempt`` are then as read from it (0 when unknown).
         first_stop_requested_at: the first time dispatch asked for it to stop (re-asks keep
             it); ``stop-overdue:<object id>`` counts ``JobSpec.stop_overdue_s`` from it.
+        stop_cause: the cause of a ``no-capacity`` stop (``StopRequested.cause``; re-asks
+            keep it): a ``cancelled`` end of the object stopped for it is recorded with it.
     """
 
     ref: ObjectRef
@@ -287,6 +289,7 @@ class ObjectRecord(msgspec.Struct, frozen=True, kw_only=True):
     ceased: bool | None = None
     duplicate: bool = False
     first_stop_requested_at: UtcDatetime | None = None
+    stop_cause: Cause | None = None
 
 
 class Recovery(msgspec.Struct, frozen=True, kw_only=True):

@@ -21,7 +21,8 @@ docs/core-semantics.md, "The planner"):
 2. :func:`_endings`: executions that ended, recorded (objects gone included); a decision a
    crash lost is made again.
 3. :func:`_decide_ending`: an object ending is not the job ending (the plan's rule).
-4. :func:`_fence`: the node-loss fence.
+4. :func:`_fence`: the node-loss fence; :func:`_no_capacity`: a no-capacity wait past the
+   rule's ``wait_s`` stopped.
 5. :func:`_holds`: overdue holds, the cessation signal, a ceased answer lifting a hold.
 6. :func:`_launches`: submissions opened and launched, ``refused:<N>``; then
    :func:`_resume_launches`: a launch whose outcome a crash lost (or that came back
@@ -66,6 +67,7 @@ from dispatch_core.events import (
 from dispatch_core.failover import current_cluster, failover_cluster, staying_cluster
 from dispatch_core.fold import fold
 from dispatch_core.job import Attempt, Hold, Job, LaunchOutcome, ObjectRecord, Submission
+from dispatch_core.policy import planned_wait_s
 from dispatch_core.progress import Verdict, fact_for, last_step, observe, verdict
 from dispatch_core.project import settled
 from dispatch_core.state import (
@@ -219,6 +221,7 @@ class _Pass:
         emergency: bool = False,
         submission: int | None = None,
         attempt: int | None = None,
+        cause: Cause | None = None,
     ) -> None:
         """Decide a ``Stop`` step (its intent is applied at once)."""
         record = self.job.object(ref)
@@ -236,6 +239,7 @@ class _Pass:
             emergency=emergency,
             submission=submission,
             attempt=attempt,
+            cause=cause,
         )
         self.stops.append(Stop(key=self.key(what, which), intent=intent))
         self.apply(intent)
@@ -308,6 +312,7 @@ def planned(
     _found_launches(p)
     _endings(p)
     _fence(p)
+    _no_capacity(p)
     _holds(p)
     _launches(p)
     _resume_launches(p)
@@ -439,11 +444,13 @@ def _new_endings(
                 ended.add(execution.restart)
                 out.append((execution.restart, execution.cause))
         if obs.phase is ObjectPhase.ENDED and obs.restarts not in ended:
-            out.append((obs.restarts, _ended_cause(obs)))
+            out.append((obs.restarts, _stopped_end(record, _ended_cause(obs))))
         return out
     restart = _vanished_restart(p, record)
     if restart is not None:
-        if record.stop_requested_at is not None:
+        if record.stop_why == StopWhy.NO_CAPACITY and record.stop_cause is not None:
+            cause = record.stop_cause
+        elif record.stop_requested_at is not None:
             cause = Cause(
                 kind=CauseKind.CANCELLED,
                 provenance=Provenance.ACTOR,
@@ -493,6 +500,25 @@ def _vanished_restart(p: _Pass, record: ObjectRecord) -> int | None:
     ):
         return max(record.ended) + 1
     return None
+
+
+def _stopped_end(record: ObjectRecord, cause: Cause) -> Cause:
+    """The cause to record for an end of ``record`` the scheduler shows as ``cause``.
+
+    An object dispatch stopped for want of capacity (why ``no-capacity``) that the scheduler
+    shows ``cancelled`` ended as the stop said: ``no-capacity``, with the scheduler's words
+    from when it waited (``StopRequested.cause``), not as a cancel, which would be final
+    (docs/core-semantics.md, "No capacity"). dispatch recognises its own stops from the
+    record (the Slurm backend names the uid of a cancel, never who it was). Any other end
+    (it started and ended on its own before the stop reached it) is the scheduler's.
+    """
+    if (
+        cause.kind is CauseKind.CANCELLED
+        and record.stop_why == StopWhy.NO_CAPACITY
+        and record.stop_cause is not None
+    ):
+        return record.stop_cause
+    return cause
 
 
 def _ended_cause(obs: ObservedObject) -> Cause:
@@ -545,6 +571,7 @@ def _resume_decision(p: _Pass) -> None:
     cause = obs.cause if obs is not None and obs.cause is not None else p.job.ended_cause
     if cause is None:
         return
+    cause = _stopped_end(primary, cause)
     _decide_ending(p, primary.ref, max(primary.ended), cause, lived_on=False)
 
 
@@ -572,7 +599,8 @@ def _decide_ending(p: _Pass, ref: ObjectRef, restart: int, cause: Cause, *, live
         lived_on: whether the scheduler ran the object again after it (a later execution).
     """
     kind = cause.kind
-    fact = _progress(p, ref, restart, cause)
+    # A no-capacity end is of an object that never ran: no progress to account for.
+    fact = None if kind is CauseKind.NO_CAPACITY else _progress(p, ref, restart, cause)
     if kind is CauseKind.NONE:
         _outcome(p, State.SUCCEEDED, cause)
         return
@@ -891,6 +919,45 @@ def _fence(p: _Pass) -> None:
     )
     if p.decidable():
         _decide_ending(p, primary.ref, obs.restarts, cause, lived_on=False)
+
+
+def _no_capacity(p: _Pass) -> None:
+    """Stop the current submission's object once its no-capacity wait passed the rule's
+    ``wait_s`` (docs/core-semantics.md, "No capacity").
+
+    Issue 14, part 2: a rule may name ``no-capacity`` (and fail over to another cluster on
+    it); a backend reports a waiting object's reason as ``ObservedObject.cause`` ``no-capacity``
+    (phase ``pending``). The wait counts from when dispatch opened the object's gate
+    (``ObjectRecord.gate_opened_at``: the record's time, no clock needed): an object whose
+    gate dispatch still holds is not waiting for capacity, it waits for dispatch. Once
+    ``now`` reaches ``gate_opened_at + wait_s`` and the scheduler still shows it pending, gate
+    open, with a no-capacity cause, it is stopped (why ``no-capacity``, with that cause);
+    the rule is applied when the scheduler confirms the end (:func:`_stopped_end`), never
+    before, so the object can't start running beside the next submission. Before that, the
+    deadline is a wake. Only an object that never ran under the record (no execution of it
+    recorded ended) is counted; a job under a hold, or with an outcome, is left alone; with no
+    rule covering ``no-capacity`` the object waits as the scheduler decides.
+    """
+    primary = p.primary()
+    if primary is None or p.discovery is None or not p.decidable() or p.job.hold is not None:
+        return
+    since = primary.gate_opened_at
+    if since is None or primary.ended or primary.stop_requested_at is not None:
+        return
+    obs = p.own.get(primary.ref)
+    if obs is None or obs.phase is not ObjectPhase.PENDING or obs.gate is not GateState.OPEN:
+        return
+    cause = obs.cause
+    if cause is None or cause.kind is not CauseKind.NO_CAPACITY:
+        return
+    rule = p.job.plan.rule_for(CauseKind.NO_CAPACITY)
+    if rule is None:
+        return
+    end = since + timedelta(seconds=planned_wait_s(rule))
+    if p.now < end:
+        p.wake(end)
+        return
+    p.stop(primary.ref, StopWhy.NO_CAPACITY, cause=replace(cause, at=cause.at or end))
 
 
 # -- 5. holds and cessation -----------------------------------------------------------------

@@ -11,6 +11,7 @@ from typing import Final
 from dispatch_core.constants import (
     CESSATION_INTERVAL_S,
     MAX_HOLD_FOR_S,
+    NO_CAPACITY_WAIT_S,
     SHARED_HOLD_FOR_S,
     SUPERVISOR,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "SHARED_HOLD_FOR_S",
     "SUPERVISOR",
     "make_plan",
+    "planned_wait_s",
     "validate",
     "validate_spec",
 ]
@@ -66,7 +68,10 @@ def validate(policy: RecoveryPolicy) -> None:
     other than hold or escalate (resubmitting on a cause nobody understands is a guess); it
     covers a cause an earlier rule covers; it lists failover ``clusters`` and is not a
     resubmit rule (only a new submission can go elsewhere), or lists a name that is not a
-    cluster token or one cluster twice (issue 14, part 2). Nothing else is illegal (whether
+    cluster token or one cluster twice (issue 14, part 2); it sets ``wait_s`` and doesn't
+    cover ``no-capacity``, or sets one that is not a positive, finite number of seconds of at
+    most ``MAX_HOLD_FOR_S`` (docs/core-semantics.md, "No capacity"). Nothing else is illegal
+    (whether
     each listed cluster exists, takes the spec and sees its checkpoint root is the API's
     check against the clusters file).
 
@@ -115,6 +120,7 @@ def validate(policy: RecoveryPolicy) -> None:
                 "resubmitting on a cause nobody understands is a guess",
             )
         _validate_clusters(i, rule.action, rule.clusters)
+        _validate_wait(i, rule.on, rule.wait_s)
         for kind in rule.on:
             first = covered.get(kind)
             if first is not None and first != i:
@@ -148,6 +154,31 @@ def _validate_clusters(i: int, action: Action, clusters: tuple[str, ...]) -> Non
         if cluster in seen:
             raise InvalidPolicy(i, None, f"clusters: {cluster!r} is listed twice")
         seen.add(cluster)
+
+
+def _validate_wait(i: int, on: tuple[CauseKind, ...], wait_s: float | None) -> None:
+    """Refuse rule ``i``'s ``wait_s`` (see :func:`validate`)."""
+    if wait_s is None:
+        return
+    if CauseKind.NO_CAPACITY not in on:
+        raise InvalidPolicy(
+            i,
+            None,
+            "wait_s (how long a no-capacity wait is tolerated) is only for a rule covering "
+            "no-capacity",
+        )
+    if not (math.isfinite(wait_s) and 0 < wait_s <= MAX_HOLD_FOR_S):
+        raise InvalidPolicy(
+            i,
+            CauseKind.NO_CAPACITY.value,
+            f"wait_s {wait_s} is not a positive number of seconds of at most {MAX_HOLD_FOR_S:.0f}",
+        )
+
+
+def planned_wait_s(rule: PlannedRule) -> float:
+    """Seconds ``rule`` (covering ``no-capacity``) tolerates a no-capacity wait: its
+    ``wait_s``, else ``NO_CAPACITY_WAIT_S`` (a plan recorded before the setting existed)."""
+    return NO_CAPACITY_WAIT_S if rule.wait_s is None else rule.wait_s
 
 
 MAX_LAUNCH_ATTEMPTS: Final = 1000
@@ -306,6 +337,11 @@ def make_plan(spec: JobSpec, policy: RecoveryPolicy, declarations: Declarations)
                 free_if_progress=rule.free_if_progress,
                 max_without_progress=rule.max_without_progress,
                 clusters=rule.clusters,
+                wait_s=(
+                    (NO_CAPACITY_WAIT_S if rule.wait_s is None else rule.wait_s)
+                    if CauseKind.NO_CAPACITY in rule.on
+                    else None
+                ),
             )
         )
     uncovered = tuple(sorted(COVERABLE_CAUSES - covered, key=_ORDER.__getitem__))

@@ -142,6 +142,17 @@ def _state(
                 detail="" if seen is None else seen.detail,
                 at=None if seen is None else seen.at,
             )
+        if (
+            current.phase is ObjectPhase.PENDING
+            and current.gate is GateState.OPEN
+            and seen is not None
+            and seen.kind is CauseKind.NO_CAPACITY
+        ):
+            # Waiting for capacity the scheduler says it lacks (docs/core-semantics.md, "No
+            # capacity"): the state it would have, with the scheduler's cause and words.
+            sub = job.submission
+            again = bool(job.recoveries) or (sub is not None and sub.number > 1)
+            return (State.RECOVERING if again else State.PENDING), seen
         if current.phase is ObjectPhase.UNKNOWN:
             if seen is None:
                 return State.UNKNOWN, Cause(kind=CauseKind.UNKNOWN, provenance=Provenance.SCHEDULER)

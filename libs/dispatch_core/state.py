@@ -480,6 +480,12 @@ class RecoveryRule(msgspec.Struct, frozen=True, kw_only=True):
             the current one in this list (the first when the current one isn't listed; the
             last stays on the last). Empty: the next submission stays on the current
             cluster. See ``dispatch_core.failover``.
+        wait_s: for a rule covering ``no-capacity``, seconds a no-capacity wait is tolerated:
+            once the current submission's object has waited that long since dispatch opened
+            its gate, and the scheduler still says it is pending for want of capacity, the
+            supervisor stops it and applies this rule to the ending ``no-capacity``.
+            ``None``: ``NO_CAPACITY_WAIT_S`` (600 s). Only legal on a rule covering
+            ``no-capacity``. See docs/core-semantics.md, "No capacity".
     """
 
     on: tuple[CauseKind, ...]
@@ -490,6 +496,7 @@ class RecoveryRule(msgspec.Struct, frozen=True, kw_only=True):
     free_if_progress: bool = False
     max_without_progress: int | None = None
     clusters: tuple[str, ...] = ()
+    wait_s: float | None = None
 
 
 class RecoveryPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -529,6 +536,10 @@ class PlannedRule(msgspec.Struct, frozen=True, kw_only=True):
             escalation saying so, seed 000 "An object ending is not the job ending").
         free_if_progress, max_without_progress: the rule's progress settings (issue 14).
         clusters: the rule's failover clusters, in order (issue 14, part 2; empty: none).
+        wait_s: for a rule covering ``no-capacity``, the seconds a no-capacity wait is
+            tolerated (the rule's own, else ``NO_CAPACITY_WAIT_S``); ``None`` for a rule
+            that doesn't cover it (and in plans recorded before the setting existed: the
+            planner then takes ``NO_CAPACITY_WAIT_S``).
     """
 
     rule: int
@@ -542,6 +553,7 @@ class PlannedRule(msgspec.Struct, frozen=True, kw_only=True):
     free_if_progress: bool = False
     max_without_progress: int | None = None
     clusters: tuple[str, ...] = ()
+    wait_s: float | None = None
 
     @property
     def progress_aware(self) -> bool:

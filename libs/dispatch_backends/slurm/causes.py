@@ -10,7 +10,8 @@ the job's last *pending* reason, never why it ended (deploy/slurm/README.md, "Ot
 
 Sources: [D] ``deploy/slurm/README.md`` "Findings" (real Slurm 22.05 with accounting), [L]
 ``shared/slurm-lab/README.md`` "Observed strings per scenario", [S] Slurm's documented job
-state codes (``squeue(1)`` "JOB STATE CODES"), [0] seed 000 (never stretch the list:
+state codes (``squeue(1)`` "JOB STATE CODES"), [J] Slurm's documented pending reasons
+("Job Reason Codes"), [0] seed 000 (never stretch the list:
 ``unknown`` with the words, never a guess).
 
 =================================  ===============  ===========  ==========  =========
@@ -90,6 +91,55 @@ reads.
 so are ``SPECIAL_EXIT`` and ``RESV_DEL_HOLD`` (held by Slurm itself, [S]). Anything else is
 open.
 
+**Waiting for capacity** ([J] Slurm's "Job Reason Codes", slurm.schedmd.com/job_reason_codes.html;
+[L] the test cluster with every node set down: squeue's ``%r`` says ``Nodes required for job are
+DOWN, DRAINED or reserved for jobs in higher priority partitions``). A pending job whose gate is
+open and whose reason says the capacity it asks for is not there is shown with cause
+``no-capacity`` (provenance scheduler, ``PENDING (<reason>)`` as Slurm said it); phase stays
+``pending``. A rule covering ``no-capacity`` stops it after its ``wait_s`` and applies itself
+(docs/core-semantics.md, "No capacity"). Matched on the reason's first comma-separated part
+(``ReqNodeNotAvail, UnavailableNodes:node[1-3]`` is ``ReqNodeNotAvail``), or the whole:
+
+=========================================================  ===============  =================
+pending reason                                             cause            why
+=========================================================  ===============  =================
+``ReqNodeNotAvail`` (``, UnavailableNodes:...``)           no-capacity      [J] a required
+                                                                            node is down,
+                                                                            drained,
+                                                                            reserved or not
+                                                                            responding
+``Nodes required for job are DOWN, DRAINED or reserved     no-capacity      [L], [J] (its
+for jobs in higher priority partitions``                                    code name joins
+                                                                            the words with
+                                                                            ``_``)
+``NodeDown``                                               no-capacity      [J] a required
+                                                                            node is down
+``PartitionDown``, ``PartitionInactive``                   no-capacity      [J] the partition
+                                                                            can't start jobs
+``PartitionNodeLimit``                                     no-capacity      [J] outside the
+                                                                            partition's
+                                                                            current node
+                                                                            limits, or its
+                                                                            nodes are down
+``Resources``, ``Priority``                                none             ordinary queueing
+                                                                            on a busy
+                                                                            cluster: it will
+                                                                            run (see below)
+anything else (``Dependency``, ``BeginTime``,              none             the job's own
+``AssocGrp*``, ``QOS*``, ``Reservation``, ...)                              limits or
+                                                                            wishes, not the
+                                                                            cluster's
+                                                                            capacity
+=========================================================  ===============  =================
+
+``Resources`` is not ``no-capacity``: it is the job waiting its turn for nodes that exist and
+are busy, and a long queue is not a cluster without capacity (failing over on it would move
+every job of a busy cluster elsewhere after ``wait_s``). Slurm's backfill can briefly show
+``ReqNodeNotAvail`` for a healthy cluster (reframe#1049); ``wait_s`` is what absorbs that.
+With ``queue_format = "json"`` squeue's ``state_reason`` is the code alone (``Resources`` for
+a job whose nodes are all down, the words in ``state_description``), so only the text format
+reports the second row.
+
 **Phases**: ``PENDING``, ``CONFIGURING`` (nodes booting), ``REQUEUE_HOLD``, ``REQUEUED``,
 ``REQUEUE_FED``, ``SPECIAL_EXIT``, ``RESV_DEL_HOLD`` are ``pending``; ``RUNNING``,
 ``SUSPENDED``, ``STOPPED``, ``RESIZING`` are ``running`` (the processes exist);
@@ -117,6 +167,7 @@ from dispatch_core.state import (
 __all__ = [
     "ADMIN_HOLD",
     "ENDED_STATES",
+    "NO_CAPACITY_REASONS",
     "USER_HOLD",
     "USER_HOLDS",
     "actor_uid",
@@ -125,6 +176,7 @@ __all__ = [
     "end_cause",
     "gate_of",
     "held_cause",
+    "pending_cause",
     "phase_of",
     "run_cause",
     "step_verdict",
@@ -217,6 +269,37 @@ def held_cause(state: str, reason: str, at: datetime | None = None) -> Cause:
         detail=detail(state, None, reason),
         at=at,
     )
+
+
+NO_CAPACITY_REASONS: Final = frozenset(
+    {
+        "ReqNodeNotAvail",
+        "Nodes required for job are DOWN",
+        "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority "
+        "partitions",
+        "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_"
+        "partitions",
+        "NodeDown",
+        "PartitionDown",
+        "PartitionInactive",
+        "PartitionNodeLimit",
+    }
+)
+"""Pending reasons that say the capacity a job asks for is not there (see the module
+docstring, "Waiting for capacity"); matched on the whole reason or its first comma-separated
+part."""
+
+
+def pending_cause(state: str, reason: str, at: datetime | None = None) -> Cause | None:
+    """The cause of a pending job whose gate is open: ``no-capacity`` (provenance scheduler,
+    Slurm's words ``<State> (<reason>)``) when ``reason`` is one of ``NO_CAPACITY_REASONS``,
+    else ``None`` (nothing to say: it waits its turn)."""
+    words = reason.strip()
+    if words not in NO_CAPACITY_REASONS and words.split(",", 1)[0].strip() not in (
+        NO_CAPACITY_REASONS
+    ):
+        return None
+    return _scheduler(CauseKind.NO_CAPACITY, detail(state, None, words), at)
 
 
 def cancel_actor(uid: int, user: str | None = None) -> Actor:

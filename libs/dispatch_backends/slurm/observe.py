@@ -59,6 +59,7 @@ from dispatch_backends.slurm.causes import (
     end_cause,
     gate_of,
     held_cause,
+    pending_cause,
     phase_of,
     run_cause,
     step_verdict,
@@ -358,6 +359,8 @@ def observe(
             memory.forget(job.raw_id, key)
     elif gate is GateState.ADMIN_HELD:
         cause = held_cause(job.state, job.reason or ADMIN_HOLD)
+    elif phase is ObjectPhase.PENDING and gate is GateState.OPEN:
+        cause = pending_cause(job.state, job.reason)
     elif phase is ObjectPhase.UNKNOWN:
         cause = _scheduler(CauseKind.UNKNOWN, f"{job.state} ({job.reason})".strip())
     return ObservedObject(

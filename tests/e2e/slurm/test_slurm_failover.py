@@ -16,6 +16,12 @@ A second test: Slurm refuses every launch of the job (``sbatch: error: invalid p
 specified``: its script asks for a partition the cluster doesn't have), and the rule covers
 ``launch-failed``: submission 2 runs on the local cluster (where ``#SBATCH`` lines are
 comments) and finishes, instead of the job failing ``refused:1``.
+
+A third: every node is down BEFORE the job is submitted, so Slurm never gives it capacity:
+it pends (``Nodes required for job are DOWN, DRAINED ...``), which the Slurm backend reports
+as cause ``no-capacity``. The rule covers ``no-capacity`` with ``wait_s = 15``: 15 s after
+dispatch opened its gate, dispatch cancels it, records submission 1's end as ``no-capacity``
+(Slurm's words), and submission 2 runs on the local cluster and finishes.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import os
 import re
 import secrets
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Final
 
@@ -40,16 +47,19 @@ from dispatch_core import (
     Job,
     JobSpec,
     LaunchRefused,
+    ProgressObserved,
     RecoveryPolicy,
     RecoveryRule,
     State,
     Status,
+    StopRequested,
     SubmissionOpened,
     epoch,
 )
 from dispatch_core.state import ObjectRef
 from tests.e2e.slurm.conftest import S3_BUCKET
 from tests.e2e.slurm.harness import CLUSTER, LOCAL, SlurmRuntime, all_nodes_down
+from tests.integration.slurm.test_slurm_support import run
 from tests.servers.s3 import S3Server
 from tests.util import assert_eventually
 
@@ -279,4 +289,83 @@ async def test_a_job_slurm_refuses_to_launch_runs_on_the_local_cluster(
     assert [(p.epoch, p.step) for p in _publications(slurm_s3, job_id)] == [
         (epoch(0, 2, 0), step) for step in (1, 2, 3)
     ]
+    assert srt.escalations == []
+
+
+NO_CAPACITY_WAIT_S: Final = 15.0
+"""The rule's ``wait_s`` in the no-capacity test: how long the Slurm job may wait."""
+
+
+@pytest.mark.timeout(600)
+async def test_a_job_slurm_has_no_capacity_for_is_cancelled_and_runs_on_the_local_cluster(
+    srt_local: SlurmRuntime,
+    slurm_s3: S3Server,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    srt = srt_local
+    s3_env = slurm_s3.env()
+    for key, value in s3_env.items():
+        monkeypatch.setenv(key, value)
+    await srt.observer()
+    await srt.observer(cluster=LOCAL)
+    await srt.supervisor()
+    job_id = f"digits-no-capacity-{secrets.token_hex(3)}"
+    policy = RecoveryPolicy(
+        rules=(
+            RecoveryRule(
+                on=(CauseKind.NO_CAPACITY,),
+                action=Action.RESUBMIT,
+                budget=1,
+                clusters=(CLUSTER, LOCAL),
+                wait_s=NO_CAPACITY_WAIT_S,
+            ),
+        )
+    )
+    script = _script(epochs=3, epoch_s=0.0)
+    with all_nodes_down("dispatch no-capacity test"):
+        await srt.submit(job_id, _spec(job_id, s3_env, script), policy)
+
+        # 1. it waits on Slurm for capacity; the status says so, in Slurm's words
+        def waiting(status: Status) -> None:
+            assert status.state is State.PENDING, status
+            assert status.cause.kind is CauseKind.NO_CAPACITY, status
+            assert (status.submission, status.cluster) == (1, CLUSTER), status
+
+        waited = await srt.wait_status(job_id, waiting, timeout_s=WAIT_S)
+        assert waited.cause.detail.startswith("PENDING ("), waited.cause
+        assert "DOWN" in waited.cause.detail or "ReqNodeNotAvail" in waited.cause.detail
+
+        # 2. past wait_s dispatch cancels it, and submission 2 runs on the local cluster
+        def succeeded(status: Status) -> None:
+            assert status.state is State.SUCCEEDED, status
+
+        status = await srt.wait_status(job_id, succeeded, timeout_s=WAIT_S)
+    assert (status.submission, status.cluster) == (2, LOCAL), status
+    job = await srt.job(job_id)
+    ref1, ref2 = _object_of(job, 1), _object_of(job, 2)
+    assert (ref1.cluster, ref2.cluster) == (CLUSTER, LOCAL)
+    record1 = job.object(ref1)
+    assert record1 is not None
+    assert record1.gate_opened_at is not None
+    # the Slurm job is gone from the queue, cancelled (squeue keeps an ended job a while)
+    shown = run("squeue", "-h", "-j", ref1.id, "-o", "%T", check=False).stdout.split()
+    assert shown in ([], ["CANCELLED"]), shown
+    assert "final loss" in srt.output(ref2)
+    assert srt.output(ref1) == ""  # it never ran on Slurm
+
+    # the record: submission 1 on lab ended no-capacity (not cancelled), 2 on local
+    events = await srt.events(job_id)
+    (stop,) = [e for e in events if isinstance(e, StopRequested) and e.why == "no-capacity"]
+    assert stop.ref == ref1
+    assert stop.at - record1.gate_opened_at >= timedelta(seconds=NO_CAPACITY_WAIT_S)
+    endings = [e for e in events if isinstance(e, ExecutionEnded)]
+    assert [(e.submission, e.ref.cluster, e.cause.kind) for e in endings] == [
+        (1, CLUSTER, CauseKind.NO_CAPACITY),
+        (2, LOCAL, CauseKind.NONE),
+    ], endings
+    assert endings[0].cause.detail == waited.cause.detail, endings
+    opened = [e for e in events if isinstance(e, SubmissionOpened)]
+    assert [(e.submission, e.cluster) for e in opened] == [(1, None), (2, LOCAL)], opened
+    # a wait is not an execution: no progress fact for it
+    assert not [e for e in events if isinstance(e, ProgressObserved) and e.ref == ref1]
     assert srt.escalations == []

@@ -361,3 +361,27 @@ def test_a_malformed_clusters_is_refused_with_its_line(line: str, words: str) ->
         parse_directives(_script(line), source="t")
     assert caught.value.message.startswith("t:2: "), caught.value.message
     assert words in caught.value.message
+
+
+def test_wait_on_a_no_capacity_line_is_the_rules_wait_s() -> None:
+    """``wait=15m``: how long a no-capacity wait is tolerated (``wait_s``)."""
+    text = _script("#DISPATCH resubmit on=no-capacity,node-lost wait=15m clusters=slurm,local")
+    (got,) = parse_directives(text).rules
+    assert got["wait_s"] == 900.0
+    policy = msgspec.convert({"rules": [got]}, RecoveryPolicy)
+    validate_policy(policy)
+    assert policy.rules[0].wait_s == 900.0
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("#DISPATCH resubmit on=node-lost wait=15m", "needs on=no-capacity"),
+        ("#DISPATCH resubmit on=no-capacity wait=soon", "wait"),
+    ],
+)
+def test_a_malformed_wait_is_refused_with_its_line(line: str, words: str) -> None:
+    with pytest.raises(ScriptError) as caught:
+        parse_directives(_script(line), source="t")
+    assert caught.value.message.startswith("t:2: "), caught.value.message
+    assert words in caught.value.message

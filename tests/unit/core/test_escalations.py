@@ -277,7 +277,7 @@ def test_old_why_and_how_strings_decode_to_the_enums() -> None:
     ("vocabulary", "values"),
     [
         (SubmissionWhy, ["initial", "recovery", "resubmit", "abandoned", "ceased"]),
-        (StopWhy, ["cancel", "fence", "duplicate", "outcome", "recovery"]),
+        (StopWhy, ["cancel", "fence", "duplicate", "outcome", "recovery", "no-capacity"]),
         (
             HoldHow,
             ["release", "resubmit", "cancel", "give-up", "ceased", "outcome", "replaced"],

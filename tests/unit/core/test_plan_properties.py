@@ -8,6 +8,7 @@ nothing else of the job lives.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -32,6 +33,7 @@ from dispatch_core.events import (
     EscalationCommitted,
     ExecutionEnded,
     OutcomeCommitted,
+    StopWhy,
 )
 from dispatch_core.fold import fold
 from dispatch_core.job import Job, LaunchOutcome, Status
@@ -54,7 +56,7 @@ from dispatch_core.state import (
     State,
     UnknownLaunchPolicy,
 )
-from dispatch_core.steps import Commit, Deliver, OpenGate, Pass
+from dispatch_core.steps import Commit, Deliver, OpenGate, Pass, Stop
 from dispatch_core.supervision import conclude, plan_pass
 from tests.unit.core.helpers import ALICE, CLUSTER, Record, Sim, cause, decisions, facts
 from tests.unit.core.strategies import records
@@ -67,6 +69,7 @@ ENDINGS = [
     CauseKind.OUT_OF_MEMORY,
     CauseKind.TIME_LIMIT,
     CauseKind.NON_ZERO_EXIT,
+    CauseKind.NO_CAPACITY,
     CauseKind.CANCELLED,
     CauseKind.UNKNOWN,
 ]
@@ -100,6 +103,9 @@ def _rules(draw: st.DrawFn) -> tuple[RecoveryRule, ...]:
                 budget=draw(st.integers(0, 3)),
                 enforcer=draw(st.sampled_from(Enforcer)),
                 hold_for_s=draw(st.sampled_from([60.0, 3600.0])),
+                wait_s=(
+                    draw(st.sampled_from([None, 60.0])) if kind is CauseKind.NO_CAPACITY else None
+                ),
             )
         )
     return tuple(draw(st.permutations(rules)))
@@ -156,6 +162,7 @@ _moves = st.lists(
         st.tuples(st.just("end"), st.sampled_from(_ENDS)),
         st.tuples(st.just("requeue"), st.sampled_from([CauseKind.PREEMPTED, *COVERABLE])),
         st.tuples(st.just("node-lost"), st.just(None)),
+        st.tuples(st.just("no-capacity"), st.just(None)),
         st.tuples(st.just("vanish"), st.just(None)),
         st.tuples(st.just("foreign"), st.booleans()),
         st.tuples(st.just("admin-hold"), st.just(None)),
@@ -185,6 +192,14 @@ def _apply_move(sim: Sim, move: tuple[str, Any]) -> None:
         sim.requeue(live[-1].ref, cause(arg), phase=ObjectPhase.RUNNING)
     elif name == "node-lost" and live:
         sim.update(live[-1].ref, phase=ObjectPhase.RUNNING, cause=cause(CauseKind.NODE_LOST))
+    elif name == "no-capacity" and live:
+        # waiting, gate open, for capacity the scheduler says it lacks (core-semantics "No
+        # capacity"): past the rule's wait_s the pass stops it
+        sim.update(
+            live[-1].ref,
+            phase=ObjectPhase.PENDING,
+            cause=cause(CauseKind.NO_CAPACITY, "ReqNodeNotAvail"),
+        )
     elif name == "vanish" and live:
         sim.vanish(live[0].ref)
     elif name == "foreign":
@@ -396,6 +411,73 @@ def test_recovering_never_returns_to_pending_whatever_happens(
         seen.append(status.state)
         if State.RECOVERING in seen:
             assert status.state is not State.PENDING, seen
+
+    _walk(setup, moves, answers, check)
+
+
+_NO_CAPACITY_RULE = RecoveryRule(
+    on=(CauseKind.NO_CAPACITY,), action=Action.RESUBMIT, budget=2, wait_s=60.0
+)
+_capacity_setups = _setups.map(
+    lambda s: dataclasses.replace(
+        s,
+        rules=(
+            *(r for r in s.rules if CauseKind.NO_CAPACITY not in r.on),
+            _NO_CAPACITY_RULE,
+        ),
+    )
+)
+_capacity_moves = st.lists(
+    st.one_of(
+        st.tuples(st.just("no-capacity"), st.just(None)),
+        st.tuples(st.just("tick"), st.sampled_from([1, 30, 59, 61, 601])),
+        st.tuples(st.just("settle-stops"), st.just(None)),
+        st.tuples(st.just("end"), st.sampled_from(_ENDS)),
+        st.tuples(st.just("node-lost"), st.just(None)),
+        st.tuples(st.just("vanish"), st.just(None)),
+        st.tuples(st.just("admin-hold"), st.just(None)),
+        st.tuples(st.just("command"), st.sampled_from(_COMMANDS)),
+    ),
+    min_size=8,
+    max_size=30,
+)
+
+
+@_WALK
+@given(setup=_capacity_setups, moves=_capacity_moves, answers=_answers)
+def test_a_no_capacity_stop_is_never_asked_before_wait_s_nor_of_a_gate_closed_object(
+    setup: _Setup, moves: list[tuple[str, Any]], answers: list[bool]
+) -> None:
+    """docs/core-semantics.md, "No capacity": the pass stops an object for want of capacity
+    only when it is pending, gate open, with cause no-capacity, and ``wait_s`` has passed
+    since dispatch opened its gate; the end it records for it is ``no-capacity``."""
+
+    def check(sim: Sim, p: Pass) -> None:
+        job = sim.job
+        for step in p.steps:
+            if isinstance(step, Stop) and step.intent.why is StopWhy.NO_CAPACITY:
+                record = job.object(step.ref)
+                if record is not None and record.stop_why == StopWhy.NO_CAPACITY:
+                    continue  # asked again
+                assert record is not None
+                assert record.gate_opened_at is not None
+                rule = job.plan.rule_for(CauseKind.NO_CAPACITY)
+                assert rule is not None
+                wait = rule.wait_s if rule.wait_s is not None else 600.0
+                assert sim.now >= record.gate_opened_at + timedelta(seconds=wait)
+                seen = sim.objects[step.ref]
+                assert seen.phase is ObjectPhase.PENDING
+                assert seen.gate is GateState.OPEN
+                assert seen.cause is not None
+                assert seen.cause.kind is CauseKind.NO_CAPACITY
+            if isinstance(step, Commit) and isinstance(step.event, ExecutionEnded):
+                record = job.object(step.event.ref)
+                if (
+                    record is not None
+                    and record.stop_why == StopWhy.NO_CAPACITY
+                    and step.event.cause.kind is CauseKind.CANCELLED
+                ):
+                    raise AssertionError(f"a no-capacity stop's end recorded cancelled: {step}")
 
     _walk(setup, moves, answers, check)
 

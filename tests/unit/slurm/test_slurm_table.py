@@ -13,13 +13,16 @@ from dispatch_backends.slurm.causes import (
     cancel_actor,
     end_cause,
     gate_of,
+    pending_cause,
     phase_of,
     run_cause,
 )
 from dispatch_backends.slurm.commands import CommandTimeout, Runner
+from dispatch_backends.slurm.observe import Memory, observe
 from dispatch_backends.slurm.parse import (
     ExitStatus,
     ParseError,
+    QueueJob,
     expand_hostlist,
     parse_comment,
     parse_exit,
@@ -28,6 +31,7 @@ from dispatch_backends.slurm.parse import (
     wait_status,
 )
 from dispatch_core.state import CauseKind, GateState, ObjectPhase, Provenance
+from tests.unit.slurm.recorded import NOW
 
 E = ExitStatus
 
@@ -205,3 +209,67 @@ async def test_a_command_that_cant_reach_slurmctld_is_unreachable(tmp_path: Path
     result = await runner.run("scancel")
     assert result.stdout == "standard \n"  # SLURM_TIME_FORMAT set, SQUEUE_FORMAT dropped
     assert runner.calls == 4
+
+
+# -- waiting for capacity (causes.py, "Waiting for capacity") ---------------------------------
+
+_ALL_DOWN = (
+    "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions"
+)
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "ReqNodeNotAvail",
+        "ReqNodeNotAvail, UnavailableNodes:node[1-3]",
+        _ALL_DOWN,  # the test cluster's words with every node down (squeue %r)
+        _ALL_DOWN.replace(" ", "_"),  # the same reason's code name
+        "NodeDown",
+        "PartitionDown",
+        "PartitionInactive",
+        "PartitionNodeLimit",
+    ],
+)
+def test_pending_reasons_that_say_no_capacity(reason: str) -> None:
+    cause = pending_cause("PENDING", reason)
+    assert cause is not None
+    assert (cause.kind, cause.provenance) == (CauseKind.NO_CAPACITY, Provenance.SCHEDULER)
+    assert cause.detail == f"PENDING ({reason})"  # Slurm's words, verbatim
+
+
+@pytest.mark.parametrize(
+    "reason",
+    ["Resources", "Priority", "Dependency", "BeginTime", "AssocGrpCpuLimit", "None", ""],
+)
+def test_ordinary_queueing_is_not_no_capacity(reason: str) -> None:
+    assert pending_cause("PENDING", reason) is None
+
+
+def _queued(reason: str, *, state: str = "PENDING") -> QueueJob:
+    return QueueJob(
+        raw_id="77",
+        display_id="77",
+        name="dj-j1",
+        state=state,
+        reason=reason,
+        comment="dj:job=j1 sub=1 att=1",
+    )
+
+
+def test_observe_reports_a_gate_open_no_capacity_wait_as_pending_no_capacity() -> None:
+    seen = observe(_queued(_ALL_DOWN), None, None, cluster="lab", now=NOW, memory=Memory())
+    assert seen is not None
+    assert (seen.phase, seen.gate) == (ObjectPhase.PENDING, GateState.OPEN)
+    assert seen.cause is not None
+    assert seen.cause.kind is CauseKind.NO_CAPACITY
+    assert seen.cause.detail == f"PENDING ({_ALL_DOWN})"
+
+
+@pytest.mark.parametrize("reason", ["JobHeldUser", "Resources", "Priority"])
+def test_observe_says_nothing_of_dispatchs_own_gate_or_a_queue(reason: str) -> None:
+    # dispatch's own closed gate (sbatch --hold) is never no-capacity, whatever else holds it
+    seen = observe(_queued(reason), None, None, cluster="lab", now=NOW, memory=Memory())
+    assert seen is not None
+    assert seen.phase is ObjectPhase.PENDING
+    assert seen.cause is None
