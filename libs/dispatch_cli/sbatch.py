@@ -36,9 +36,7 @@ look in force and not be. Like sbatch, the first line must be ``#!``.
   becomes the job's id, like ``%j``).
 * ``#DISPATCH cluster=<name>``: the cluster, when ``--cluster`` is not given.
 * ``#DISPATCH free-if-progress``: every budgeted rule's ``free_if_progress`` (issue 14 part
-  1: a recovery after an execution that advanced the published step costs no budget). The
-  line is refused as "not supported yet" while the core's ``RecoveryRule`` has no such
-  setting, rather than ignored.
+  1: a recovery after an execution that advanced the published step costs no budget).
 * ``#DISPATCH max-without-progress=N``: every budgeted rule's ``max_without_progress`` that
   its own line didn't set (issue 14 part 1: after N executions in a row without advancing
   the published step, the job is held with escalation ``no-progress:<N>``).
@@ -67,7 +65,7 @@ import msgspec
 from dispatch_backends.slurm.script import leading_block
 from dispatch_cli.errors import UsageError
 from dispatch_cli.jobfile import parse_causes, parse_duration
-from dispatch_core import Action, Enforcer, Plan, RecoveryRule
+from dispatch_core import Action, Enforcer, Plan
 
 __all__ = [
     "FREE_IF_PROGRESS",
@@ -85,7 +83,6 @@ FREE_IF_PROGRESS: Final = "free_if_progress"
 MAX_WITHOUT_PROGRESS: Final = "max_without_progress"
 """The :class:`~dispatch_core.RecoveryRule` setting ``max-without-progress=N`` sets."""
 
-_RULE_KEYS: Final = frozenset(f.encode_name for f in msgspec.structs.fields(RecoveryRule))
 _BUDGETED: Final = frozenset({Action.RESUBMIT, Action.RESTART, Action.REQUEUE})
 _DEFAULT_BUDGET: Final = 3
 _SETTINGS: Final = ("checkpoint", "cluster")
@@ -229,17 +226,12 @@ def _pairs(where: str, line: str, words: Sequence[str]) -> list[tuple[str, str]]
     return pairs
 
 
-def parse_directives(
-    text: str, *, source: str = "script", rule_keys: frozenset[str] = _RULE_KEYS
-) -> DispatchDirectives:
+def parse_directives(text: str, *, source: str = "script") -> DispatchDirectives:
     """Read a batch script's ``#DISPATCH`` lines and its job name (see the module docstring).
 
     Args:
         text: the script.
         source: its name, for messages (``digits.sbatch:7: ...``).
-        rule_keys: the settings a recovery rule has (default: the core's
-            ``RecoveryRule`` fields); ``free-if-progress`` is refused unless it holds
-            :data:`FREE_IF_PROGRESS`.
 
     Raises:
         ScriptError: no ``#!`` first line, or a malformed or misplaced ``#DISPATCH`` line
@@ -280,14 +272,6 @@ def parse_directives(
         if head == "free-if-progress":
             if len(words) > 1:
                 raise _fail(where, line, "free-if-progress takes no value")
-            if FREE_IF_PROGRESS not in rule_keys:
-                raise _fail(
-                    where,
-                    line,
-                    "not supported yet: this dispatch's recovery rules have no "
-                    f"{FREE_IF_PROGRESS} setting (progress-aware recovery, issue 14 part 1); "
-                    "remove the line",
-                )
             free_if_progress = where
             continue
         try:

@@ -125,28 +125,20 @@ def test_a_setting_given_twice_is_refused_at_its_second_line() -> None:
         parse_directives(text, source="s")
 
 
-def test_free_if_progress_is_refused_as_not_supported_while_rules_lack_the_setting() -> None:
-    text = _script("#DISPATCH resubmit on=preempted", "#DISPATCH free-if-progress")
-    with pytest.raises(ScriptError) as caught:
-        parse_directives(text, source="s", rule_keys=frozenset({"on", "action", "budget"}))
-    assert caught.value.message.startswith("s:3: `#DISPATCH free-if-progress`: not supported yet")
-
-
-def test_free_if_progress_sets_every_budgeted_rule_once_the_core_has_the_setting() -> None:
-    keys = frozenset({"on", "action", "budget", FREE_IF_PROGRESS})
+def test_free_if_progress_sets_every_budgeted_rule() -> None:
     text = _script(
         "#DISPATCH free-if-progress",
         "#DISPATCH resubmit on=preempted budget=5",
         "#DISPATCH hold on=non-zero-exit",
     )
-    got = parse_directives(text, rule_keys=keys)
+    got = parse_directives(text)
     assert got.rules == (
         {"action": "resubmit", "on": ["preempted"], "budget": 5, FREE_IF_PROGRESS: True},
         {"action": "hold", "on": ["non-zero-exit"]},
     )
     lone = _script("#DISPATCH hold on=non-zero-exit", "#DISPATCH free-if-progress")
     with pytest.raises(ScriptError, match=r"^script:3: free-if-progress applies to"):
-        parse_directives(lone, rule_keys=keys)
+        parse_directives(lone)
 
 
 def test_free_if_progress_and_max_without_progress_are_accepted_by_the_core() -> None:
