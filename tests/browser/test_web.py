@@ -122,7 +122,16 @@ def test_a_job_submitted_from_the_page_shows_its_plan_and_a_preemption_live(
     page = new_page(up.api)
     sign_in(page, up.token)
     page.click("#nav-submit")
-    rules = [{"on": ["preempted", "node-lost"], "action": "resubmit", "budget": 3}]
+    rules = [
+        {"on": ["preempted", "node-lost"], "action": "resubmit", "budget": 3},
+        {
+            "on": ["no-capacity"],
+            "action": "resubmit",
+            "budget": 2,
+            "clusters": ["local"],
+            "wait_s": 900,
+        },
+    ]
     page.fill("#jobfile", _job_file_toml("webtrain", WAIT_FOR_FLAG, tmp_path / "flag", rules))
     page.click("#preview")
     uncovered = page.inner_text("#uncovered")
@@ -130,6 +139,11 @@ def test_a_job_submitted_from_the_page_shows_its_plan_and_a_preemption_live(
     assert "preempted" not in uncovered
     assert "node-lost" not in uncovered
     assert "resubmit" in page.inner_text("#plan")
+    # Failover and the no-capacity wait, as the CLI's plan says them (issue 14 part 2).
+    assert (
+        "resubmit on no-capacity (budget 2) (fail over: local) "
+        "(no capacity for 15 min: stop and apply)"
+    ) in page.inner_text("#plan")
     page.click("#confirm-submit")
     page.wait_for_url(re.compile(r"#/job/webtrain-[a-z2-7]{8}$"))
     job_id = page.url.rsplit("/", 1)[1]

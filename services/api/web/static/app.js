@@ -419,6 +419,10 @@
     if (r.max_without_progress !== null && r.max_without_progress !== undefined) {
       text += " (hold after " + r.max_without_progress + " without progress)";
     }
+    if (r.clusters && r.clusters.length) text += " (fail over: " + r.clusters.join(" -> ") + ")";
+    if (r.wait_s !== null && r.wait_s !== undefined) {
+      text += " (no capacity for " + duration(r.wait_s) + ": stop and apply)";
+    }
     if (r.substituted_for) text += " [instead of " + r.substituted_for + "]";
     return text;
   }
