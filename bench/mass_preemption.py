@@ -40,8 +40,12 @@ from pathlib import Path
 from nats.aio.msg import Msg
 from prometheus_client import CollectorRegistry
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
+# This checkout's code (tests.* too), not the one the virtualenv was installed from.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "libs" / "ckpt"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "libs"))
 
+from bench.msgcount import MessageCounter
 from bench.synthetic_scheduler import SyntheticScheduler
 from dispatch_core import Action, CauseKind, JobSpec, ObjectRef, RecoveryPolicy, RecoveryRule
 from dispatch_nats.contract import MSG_ID_HEADER
@@ -271,7 +275,8 @@ async def run_synthetic(args: argparse.Namespace) -> dict[str, object]:
     on this loop, one supervisor replica on its own loop and thread, nats-server a process."""
     jobs = [f"mass-{i:05d}" for i in range(args.jobs)]
     backend = SyntheticScheduler()
-    with tempfile.TemporaryDirectory(prefix="bench-mass-") as tmp:
+    counter = MessageCounter("dispatch-supervisor")
+    with tempfile.TemporaryDirectory(prefix="bench-mass-") as tmp, counter.installed():
         monitor = free_port()
         server = NatsServer(Path(tmp) / "store", extra_args=("-m", str(monitor)))
         server.start()
@@ -313,6 +318,7 @@ async def run_synthetic(args: argparse.Namespace) -> dict[str, object]:
             cpu_before = supervisor.cpu_s()
             process_before = time.process_time()
             msgs_before = await asyncio.to_thread(_supervisor_msgs, monitor)
+            kinds_before = counter.snapshot()
             counters_before = supervisor.counters()
             server_before = _cpu_s(server.pid)
             t0 = time.monotonic()
@@ -330,6 +336,7 @@ async def run_synthetic(args: argparse.Namespace) -> dict[str, object]:
             cpu_s = supervisor.cpu_s() - cpu_before
             process_s = time.process_time() - process_before
             msgs = await asyncio.to_thread(_supervisor_msgs, monitor)
+            kinds = counter.snapshot()
             counters = supervisor.counters()
             server_s = _cpu_s(server.pid) - server_before
             await sub.unsubscribe()
@@ -351,6 +358,11 @@ async def run_synthetic(args: argparse.Namespace) -> dict[str, object]:
         "nats_msgs_per_job": round(
             sum(msgs[k] - msgs_before.get(k, 0) for k in msgs) / recovered, 2
         ),
+        "nats_msgs_per_job_by_kind": {
+            k: round((v - kinds_before.get(k, 0)) / recovered, 2)
+            for k, v in sorted(kinds.items(), key=lambda kv: -(kv[1] - kinds_before.get(kv[0], 0)))
+            if v - kinds_before.get(k, 0)
+        },
         "per_job": {
             k: round((v - counters_before.get(k, 0.0)) / recovered, 2) for k, v in counters.items()
         },
