@@ -4,7 +4,11 @@ read and written through ``dispatch_nats.RecordRepository`` (its conflict and un
 handling); this module carries out the steps and calls the backend.
 
 1. Read what is new in the record since the cached fold and fold it in (``prior=``); take
-   the latest Discovery of the job's cluster.
+   the latest Discovery of the job's cluster. A cached fold nothing says is behind (no
+   record delivery or Status of a later seq noted: ``note_appended``) is planned from
+   without a read when its plan commits decisions: the commit's expected last seq is the
+   fold's, so it lands only on the version planned from (a conflict re-reads and
+   re-plans); a plan that commits nothing is read for before anything is carried out.
 2. ``plan_pass(job, discovery, declarations, now, delivers=...)``.
 3. **Decisions** (``PassPlan.decisions``) are appended together, all or none, with
    ``Nats-Expected-Last-Subject-Sequence`` = the seq the pass planned from
@@ -280,11 +284,15 @@ class PassExecutor:
         self._start_retry = StartRetry(retry_s=launch_retry_s)
         self._crash_after_intent = crash_after_intent
         self._jobs: dict[str, Job] = {}
+        self._ahead: dict[str, int] = {}
+        """The highest record seq of each job known to be stored (told by `note_appended`
+        and by Statuses): a cached fold behind it is read before it is planned from."""
         self._published: dict[str, _Published] = {}
 
     def forget(self, job_id: str) -> None:
         """Drop ``job_id`` from the per-job caches (it settled; a later pass reads it again)."""
         self._jobs.pop(job_id, None)
+        self._ahead.pop(job_id, None)
         self._published.pop(job_id, None)
 
     def cached_jobs(self) -> frozenset[str]:
@@ -305,6 +313,18 @@ class PassExecutor:
         """The job as this replica last folded it."""
         return self._jobs.get(job_id)
 
+    def note_appended(self, job_id: str, seq: int | None = None) -> None:
+        """Take note that the job's record holds an event at ``seq`` (None: some event
+        after the cached fold), e.g. another writer's append was delivered: the next pass
+        reads the record if its cached fold is behind it."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return  # the next pass reads the record anyway
+        if seq is None:
+            seq = job.seq + 1
+        if seq > self._ahead.get(job_id, 0):
+            self._ahead[job_id] = seq
+
     def note_status(self, job_id: str, entry: LatestEntry) -> Status | None:
         """Take note of a Status seen on the status stream (from any replica).
 
@@ -316,6 +336,7 @@ class PassExecutor:
         except DecodeError as err:
             log.error("supervisor.status_undecodable", extra={"job_id": job_id, "error": str(err)})
             return None
+        self.note_appended(job_id, status.seq)  # another replica's appends show here
         current = self._published.get(job_id)
         if current is None or entry.seq > current.stream_seq:
             self._published[job_id] = _Published(
@@ -340,7 +361,14 @@ class PassExecutor:
             dispatch_nats.NatsStoreError: the store failed (retry later).
         """
         started = time.monotonic()
-        loaded = await self._load(job_id, self._jobs.get(job_id))
+        prior = self._jobs.get(job_id)
+        unread = prior is not None and self._ahead.get(job_id, 0) <= prior.seq
+        # Issue 11: a cached fold nothing says is behind is planned from without a read; a
+        # commit of its decisions (expected last seq = the fold's) proves it current before
+        # any action, and a plan with none is read for below.
+        loaded = Loaded(prior, ()) if unread and prior is not None else None
+        if loaded is None:
+            loaded = await self._load(job_id, prior)
         if loaded is None:
             return PassOutcome(job_id=job_id, found=False)
         planned: list[tuple[PassPlan, Backend, Discovery | None]] = []
@@ -359,6 +387,12 @@ class PassExecutor:
 
         try:
             done = await self._repo.decide(job_id, decide, loaded=loaded)
+            if unread and not done.events and done.loaded is loaded:
+                # Nothing committed, so nothing proved the unread fold current: read what
+                # is new (one leader request when nothing is) before acting on its plan.
+                fresh = await self._repo.load(job_id, loaded.job)
+                if fresh is not None and fresh.entries:
+                    done = await self._repo.decide(job_id, decide, loaded=fresh)
         except MalformedRecord as err:  # a re-load after a lost race found it unreadable
             raise PoisonRecord(job_id, err) from err
         plan, backend, discovery = planned[-1]

@@ -240,6 +240,8 @@ class Replica:
                     self._metrics.deliveries.labels(source).inc()
                     if source == "discovery":
                         self.discoveries.keep(delivery)
+                    elif source == "record":
+                        self.executor.note_appended(delivery.job_id, delivery.seq)
                     await self.scheduler.wake(delivery.job_id, delivery, source)
             finally:
                 closer.cancel()
