@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import cProfile
 import json
 import os
 import sys
@@ -214,6 +216,7 @@ class SupervisorThread:
         self._ready = threading.Event()
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name="supervisor", daemon=True)
+        self._profile = cProfile.Profile()
 
     def _main(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -247,6 +250,22 @@ class SupervisorThread:
         if not self._ready.wait(120) or self.error is not None:
             raise RuntimeError(f"the supervisor did not start: {self.error!r}")
 
+    def profile_from_now(self) -> None:
+        """Start a cProfile of the supervisor's thread (enabled on its own loop)."""
+        self._loop.call_soon_threadsafe(self._profile.enable)
+
+    def profile_dump(self, path: str) -> None:
+        """Stop the profile (on the supervisor's loop) and write it to ``path``."""
+        done = threading.Event()
+
+        def stop() -> None:
+            self._profile.disable()
+            done.set()
+
+        self._loop.call_soon_threadsafe(stop)
+        done.wait(60)
+        self._profile.dump_stats(path)
+
     def cpu_s(self) -> float:
         """CPU seconds the supervisor's thread has used so far."""
         ident = self._thread.ident
@@ -276,7 +295,8 @@ async def run_synthetic(args: argparse.Namespace) -> dict[str, object]:
     jobs = [f"mass-{i:05d}" for i in range(args.jobs)]
     backend = SyntheticScheduler()
     counter = MessageCounter("dispatch-supervisor")
-    with tempfile.TemporaryDirectory(prefix="bench-mass-") as tmp, counter.installed():
+    counting = counter.installed() if args.by_kind else contextlib.nullcontext()
+    with tempfile.TemporaryDirectory(prefix="bench-mass-") as tmp, counting:
         monitor = free_port()
         server = NatsServer(Path(tmp) / "store", extra_args=("-m", str(monitor)))
         server.start()
@@ -321,6 +341,8 @@ async def run_synthetic(args: argparse.Namespace) -> dict[str, object]:
             kinds_before = counter.snapshot()
             counters_before = supervisor.counters()
             server_before = _cpu_s(server.pid)
+            if args.profile:
+                supervisor.profile_from_now()
             t0 = time.monotonic()
             preempted = backend.preempt_all()
 
@@ -334,6 +356,8 @@ async def run_synthetic(args: argparse.Namespace) -> dict[str, object]:
             await assert_eventually(done, timeout_s=3600, interval_s=0.1)
             wall_s = time.monotonic() - t0
             cpu_s = supervisor.cpu_s() - cpu_before
+            if args.profile:
+                await asyncio.to_thread(supervisor.profile_dump, args.profile)
             process_s = time.process_time() - process_before
             msgs = await asyncio.to_thread(_supervisor_msgs, monitor)
             kinds = counter.snapshot()
@@ -431,6 +455,15 @@ def main() -> None:
         help="local: processes on this machine; synthetic: in-memory rows (bench only)",
     )
     parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument(
+        "--profile", help="synthetic: write a cProfile of the supervisor's thread to this file"
+    )
+    parser.add_argument(
+        "--by-kind",
+        action="store_true",
+        help="synthetic: count the supervisor's messages by kind (bench/msgcount.py; its "
+        "counting costs the supervisor's thread CPU, so its CPU figure reads high)",
+    )
     parser.add_argument("--poll-interval", type=float, default=1.0)
     parser.add_argument(
         "--concurrency", type=int, default=128, help="SUPERVISOR_MAX_CONCURRENT_PASSES"
