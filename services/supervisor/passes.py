@@ -245,6 +245,7 @@ class PassExecutor:
         launch_retry_s: float = 30.0,
         store_retry_s: float = 60.0,
         crash_after_intent: bool = False,
+        status_echo_s: float | None = None,
     ) -> None:
         """Prepare the executor.
 
@@ -264,6 +265,10 @@ class PassExecutor:
                 (same msg ids: stored at most once) before the pass gives up.
             crash_after_intent: TEST HOOK: SIGKILL this process right after a launch
                 intent is committed, before the backend is called.
+            status_echo_s: publish a Status without waiting for JetStream's ack, and take
+                its coming back through ``note_status`` (the caller follows every Status)
+                as the ack, waiting this many seconds for it before asking with an acked
+                put; None: an acked put each time.
         """
         self._repo = RecordRepository(
             records,
@@ -288,6 +293,9 @@ class PassExecutor:
         """The highest record seq of each job known to be stored (told by `note_appended`
         and by Statuses): a cached fold behind it is read before it is planned from."""
         self._published: dict[str, _Published] = {}
+        self._status_echo_s = status_echo_s
+        self._echoes: dict[str, _Echo] = {}
+        """The Status each job's pass published and waits to see come back."""
 
     def forget(self, job_id: str) -> None:
         """Drop ``job_id`` from the per-job caches (it settled; a later pass reads it again)."""
@@ -331,6 +339,10 @@ class PassExecutor:
         Returns:
             The decoded Status, or None if it can't be decoded (logged).
         """
+        echo = self._echoes.get(job_id)
+        if echo is not None and entry.seq > echo.expected and not echo.seen.done():
+            # The first Status after the one the put expected: the put's, if stored.
+            echo.seen.set_result((entry.seq, entry.payload == echo.payload))
         try:
             status = decode(entry.payload, Status)
         except DecodeError as err:
@@ -659,13 +671,11 @@ class PassExecutor:
         for _ in range(_MAX_STATUS_TRIES):
             if current is not None and current.record_seq > status.seq:
                 return status  # a newer record's Status is there: never overwrite it
+            if current is not None and current.comparable == comparable:
+                return status  # found there after a conflict (e.g. an unacked copy stored)
+            expected = 0 if current is None else current.stream_seq
             try:
-                seq = await self._statuses.put(
-                    (job.job_id,),
-                    payload,
-                    expected_last_seq=0 if current is None else current.stream_seq,
-                    headers=headers,
-                )
+                seq = await self._put_status(job.job_id, payload, expected, headers)
             except ConcurrencyConflict:
                 self._metrics.conflicts.labels("status").inc()
                 entry = await self._statuses.get((job.job_id,))
@@ -679,6 +689,56 @@ class PassExecutor:
             return status
         log.warning("supervisor.status_conflicts", extra={"job_id": job.job_id})
         return status
+
+    async def _put_status(
+        self, job_id: str, payload: bytes, expected: int, headers: dict[str, str] | None
+    ) -> int:
+        """Make ``payload`` the job's Status over stream seq ``expected``; return its seq.
+
+        With ``status_echo_s``, published without an ack (issue 11: one message less per
+        Status): the first Status of the job after ``expected`` that the watch brings back
+        is this one if it was stored (the expected seq lets nothing else in between), or
+        another writer's, which is a conflict. Without it back in time (the watch not
+        following yet, a reconnect), the same put is sent acked: if the first copy was
+        stored meanwhile that one conflicts, and the caller reads the Status and decides.
+
+        Raises:
+            ConcurrencyConflict: another value is the job's Status after ``expected``.
+        """
+        key = (job_id,)
+        if self._status_echo_s is None or job_id in self._echoes:
+            return await self._statuses.put(
+                key, payload, expected_last_seq=expected, headers=headers
+            )
+        echo = self._echoes[job_id] = _Echo(expected, payload)
+        try:
+            await self._statuses.publish(key, payload, expected_last_seq=expected, headers=headers)
+            try:
+                async with asyncio.timeout(self._status_echo_s):
+                    seq, mine = await echo.seen
+            except TimeoutError:
+                log.info("supervisor.status_echo_missed", extra={"job_id": job_id})
+                return await self._statuses.put(
+                    key, payload, expected_last_seq=expected, headers=headers
+                )
+        finally:
+            del self._echoes[job_id]
+        if not mine:
+            raise ConcurrencyConflict(job_id, expected, seq)
+        return seq
+
+
+class _Echo:
+    """A Status published without an ack, waiting to come back on the status watch."""
+
+    __slots__ = ("expected", "payload", "seen")
+
+    def __init__(self, expected: int, payload: bytes) -> None:
+        self.expected = expected
+        self.payload = payload
+        self.seen: asyncio.Future[tuple[int, bool]] = asyncio.get_running_loop().create_future()
+        """The stream seq of the first Status after ``expected``, and whether it is this
+        one (else another writer's value came first: this one was refused)."""
 
 
 def _comparable(status: Status, wake_at: str | None) -> bytes:

@@ -78,8 +78,10 @@ class Installation:
         writer: str | None = None,
         launch_retry_s: float = 30.0,
         registry: CollectorRegistry | None = None,
+        status_echo_s: float | None = None,
     ) -> PassExecutor:
         return PassExecutor(
+            status_echo_s=status_echo_s,
             launch_retry_s=launch_retry_s,
             records=self.records,
             discoveries=self.discoveries,
@@ -537,3 +539,74 @@ async def test_an_append_noted_makes_the_next_pass_read_before_planning() -> Non
     assert not registry.get_sample_value(
         "dispatch_supervisor_conflicts_total", {"what": "decision"}
     )
+
+
+# -- a Status published without an ack, its echo taken for the ack (issue 11) -----------------
+
+
+def _echoing(inst: Installation, ex: PassExecutor) -> None:
+    """Bring every stored Status back to ``ex``, as the replica's status watch does."""
+    inst.statuses.watchers.append(lambda entry: ex.note_status(entry.key[-1], entry))
+
+
+async def test_a_status_is_published_without_an_ack_and_its_echo_confirms_it() -> None:
+    inst = Installation()
+    inst.submit()
+    ex = inst.executor(status_echo_s=30.0)
+    _echoing(inst, ex)
+    outcome = await ex.run_pass(JOB)
+    assert inst.statuses.published == 1
+    assert inst.statuses.puts == 1  # the fake's store of that publish: no acked put
+    assert outcome.status is not None
+    assert inst.status() == outcome.status
+    await ex.run_pass(JOB)  # nothing changed: nothing published
+    assert inst.statuses.published == 1
+
+
+async def test_a_status_whose_echo_never_comes_is_put_acked() -> None:
+    """No watch brings it back (not following yet, a reconnect): after ``status_echo_s``
+    the same put is sent acked; the first copy was stored, so that one conflicts, the
+    Status is read and found current: one Status, the pass's."""
+    inst = Installation()
+    inst.submit()
+    ex = inst.executor(status_echo_s=0.05)
+    outcome = await ex.run_pass(JOB)
+    assert inst.statuses.published == 1
+    assert outcome.status is not None
+    assert inst.status().seq == outcome.status.seq == inst.last(JOB)
+    assert inst.statuses.puts == 1
+
+
+@pytest.mark.parametrize("newer", [True, False])
+async def test_a_status_refused_for_another_writers_is_decided_again(newer: bool) -> None:
+    """Another replica's Status lands between this pass's read of the status stream and its
+    publish: the publish is refused and the echo is the other's value. Of a newer record,
+    it is left there; of an older one (a replica behind), the pass's Status replaces it."""
+    inst = Installation()
+    inst.submit()
+    ex = inst.executor(status_echo_s=30.0)
+    _echoing(inst, ex)
+    await ex.run_pass(JOB)
+    other = Status(
+        job_id=JOB,
+        level=Level.FULL,
+        state=State.RUNNING,
+        cause=Cause(kind=CauseKind.NONE, provenance=Provenance.SCHEDULER),
+        at=datetime.now(UTC),
+        seq=10**9 if newer else 1,
+    )
+    publish = inst.statuses.publish
+    raced: list[bool] = []
+
+    async def another_first(key: tuple[str, ...], payload: bytes, **kw: object) -> None:
+        if not raced:
+            raced.append(True)
+            await inst.statuses.put(key, encode(other))  # lands first, unseen by the pass
+        await publish(key, payload, **kw)  # type: ignore[arg-type]
+
+    inst.statuses.publish = another_first  # type: ignore[method-assign]
+    await inst.show(_obj("1", ObjectPhase.PENDING, gate=GateState.CLOSED))
+    outcome = await ex.run_pass(JOB)
+    assert inst.backend.opened == [ObjectRef(cluster=CLUSTER, id="1")]
+    assert inst.status().seq == (10**9 if newer else outcome.seq)
+    assert outcome.seq == inst.last(JOB)
