@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import gc
 import json
 import os
 import sys
@@ -289,6 +290,23 @@ class SupervisorThread:
         return out
 
 
+class GcTimes:
+    """Seconds spent in the garbage collector, by the thread that triggered it."""
+
+    def __init__(self) -> None:
+        self.by_thread: dict[str, float] = {}
+        self._started: dict[int, float] = {}
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        ident = threading.get_ident()
+        if phase == "start":
+            self._started[ident] = time.thread_time()
+        elif ident in self._started:
+            name = threading.current_thread().name
+            spent = time.thread_time() - self._started.pop(ident)
+            self.by_thread[name] = self.by_thread.get(name, 0.0) + spent
+
+
 async def run_synthetic(args: argparse.Namespace) -> dict[str, object]:
     """The mass preemption on the synthetic (in-memory, BENCHMARK) scheduler: the observer
     on this loop, one supervisor replica on its own loop and thread, nats-server a process."""
@@ -343,6 +361,8 @@ async def run_synthetic(args: argparse.Namespace) -> dict[str, object]:
             server_before = _cpu_s(server.pid)
             if args.profile:
                 supervisor.profile_from_now()
+            gc_times = GcTimes()
+            gc.callbacks.append(gc_times)
             t0 = time.monotonic()
             preempted = backend.preempt_all()
 
@@ -363,6 +383,7 @@ async def run_synthetic(args: argparse.Namespace) -> dict[str, object]:
             kinds = counter.snapshot()
             counters = supervisor.counters()
             server_s = _cpu_s(server.pid) - server_before
+            gc.callbacks.remove(gc_times)
             await sub.unsubscribe()
         finally:
             if supervisor is not None:
@@ -392,6 +413,7 @@ async def run_synthetic(args: argparse.Namespace) -> dict[str, object]:
         },
         "observer_and_bench_cpu_s": round(process_s - cpu_s, 2),
         "nats_server_cpu_s": round(server_s, 2),
+        "gc_cpu_s": {k: round(v, 2) for k, v in gc_times.by_thread.items()},
         "poll_interval_s": args.poll_interval,
         "concurrency": args.concurrency,
         "setup_s": round(setup_s, 1),
