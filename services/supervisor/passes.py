@@ -4,11 +4,7 @@ read and written through ``dispatch_nats.RecordRepository`` (its conflict and un
 handling); this module carries out the steps and calls the backend.
 
 1. Read what is new in the record since the cached fold and fold it in (``prior=``); take
-   the latest Discovery of the job's cluster. A cached fold nothing says is behind (no
-   record delivery or Status of a later seq noted: ``note_appended``) is planned from
-   without a read when its plan commits decisions: the commit's expected last seq is the
-   fold's, so it lands only on the version planned from (a conflict re-reads and
-   re-plans); a plan that commits nothing is read for before anything is carried out.
+   the latest Discovery of the job's cluster.
 2. ``plan_pass(job, discovery, declarations, now, delivers=...)``.
 3. **Decisions** (``PassPlan.decisions``) are appended together, all or none, with
    ``Nats-Expected-Last-Subject-Sequence`` = the seq the pass planned from
@@ -30,6 +26,12 @@ handling); this module carries out the steps and calls the backend.
    next deadline. The Status is projected and published when it (or the next deadline)
    changed, with optimistic concurrency on the status subject, never over a Status of a
    newer record seq.
+
+**Reads (issue 11).** A cached fold nothing says is behind (no record delivery or Status
+of a later seq noted: ``note_appended``) is planned from without a read (step 1) when its
+plan commits decisions: the commit's expected last seq is the fold's, so it lands only on
+the version planned from (a conflict re-reads and re-plans); a plan that commits nothing is
+read for before anything is carried out.
 
 **Message ids.** A fact's ``Nats-Msg-Id`` is derived from its step's key, so two writers of
 the same fact store it once. A decision's is the step's key *plus this writer's token*: two
