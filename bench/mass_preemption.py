@@ -28,6 +28,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import cProfile
+import gc
 import json
 import os
 import sys
@@ -40,8 +43,12 @@ from pathlib import Path
 from nats.aio.msg import Msg
 from prometheus_client import CollectorRegistry
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
+# This checkout's code (tests.* too), not the one the virtualenv was installed from.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "libs" / "ckpt"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "libs"))
 
+from bench.msgcount import MessageCounter
 from bench.synthetic_scheduler import SyntheticScheduler
 from dispatch_core import Action, CauseKind, JobSpec, ObjectRef, RecoveryPolicy, RecoveryRule
 from dispatch_nats.contract import MSG_ID_HEADER
@@ -210,6 +217,7 @@ class SupervisorThread:
         self._ready = threading.Event()
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name="supervisor", daemon=True)
+        self._profile = cProfile.Profile()
 
     def _main(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -243,6 +251,22 @@ class SupervisorThread:
         if not self._ready.wait(120) or self.error is not None:
             raise RuntimeError(f"the supervisor did not start: {self.error!r}")
 
+    def profile_from_now(self) -> None:
+        """Start a cProfile of the supervisor's thread (enabled on its own loop)."""
+        self._loop.call_soon_threadsafe(self._profile.enable)
+
+    def profile_dump(self, path: str) -> None:
+        """Stop the profile (on the supervisor's loop) and write it to ``path``."""
+        done = threading.Event()
+
+        def stop() -> None:
+            self._profile.disable()
+            done.set()
+
+        self._loop.call_soon_threadsafe(stop)
+        done.wait(60)
+        self._profile.dump_stats(path)
+
     def cpu_s(self) -> float:
         """CPU seconds the supervisor's thread has used so far."""
         ident = self._thread.ident
@@ -266,12 +290,31 @@ class SupervisorThread:
         return out
 
 
+class GcTimes:
+    """Seconds spent in the garbage collector, by the thread that triggered it."""
+
+    def __init__(self) -> None:
+        self.by_thread: dict[str, float] = {}
+        self._started: dict[int, float] = {}
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        ident = threading.get_ident()
+        if phase == "start":
+            self._started[ident] = time.thread_time()
+        elif ident in self._started:
+            name = threading.current_thread().name
+            spent = time.thread_time() - self._started.pop(ident)
+            self.by_thread[name] = self.by_thread.get(name, 0.0) + spent
+
+
 async def run_synthetic(args: argparse.Namespace) -> dict[str, object]:
     """The mass preemption on the synthetic (in-memory, BENCHMARK) scheduler: the observer
     on this loop, one supervisor replica on its own loop and thread, nats-server a process."""
     jobs = [f"mass-{i:05d}" for i in range(args.jobs)]
     backend = SyntheticScheduler()
-    with tempfile.TemporaryDirectory(prefix="bench-mass-") as tmp:
+    counter = MessageCounter("dispatch-supervisor")
+    counting = counter.installed() if args.by_kind else contextlib.nullcontext()
+    with tempfile.TemporaryDirectory(prefix="bench-mass-") as tmp, counting:
         monitor = free_port()
         server = NatsServer(Path(tmp) / "store", extra_args=("-m", str(monitor)))
         server.start()
@@ -313,8 +356,13 @@ async def run_synthetic(args: argparse.Namespace) -> dict[str, object]:
             cpu_before = supervisor.cpu_s()
             process_before = time.process_time()
             msgs_before = await asyncio.to_thread(_supervisor_msgs, monitor)
+            kinds_before = counter.snapshot()
             counters_before = supervisor.counters()
             server_before = _cpu_s(server.pid)
+            if args.profile:
+                supervisor.profile_from_now()
+            gc_times = GcTimes()
+            gc.callbacks.append(gc_times)
             t0 = time.monotonic()
             preempted = backend.preempt_all()
 
@@ -328,10 +376,14 @@ async def run_synthetic(args: argparse.Namespace) -> dict[str, object]:
             await assert_eventually(done, timeout_s=3600, interval_s=0.1)
             wall_s = time.monotonic() - t0
             cpu_s = supervisor.cpu_s() - cpu_before
+            if args.profile:
+                await asyncio.to_thread(supervisor.profile_dump, args.profile)
             process_s = time.process_time() - process_before
             msgs = await asyncio.to_thread(_supervisor_msgs, monitor)
+            kinds = counter.snapshot()
             counters = supervisor.counters()
             server_s = _cpu_s(server.pid) - server_before
+            gc.callbacks.remove(gc_times)
             await sub.unsubscribe()
         finally:
             if supervisor is not None:
@@ -351,11 +403,17 @@ async def run_synthetic(args: argparse.Namespace) -> dict[str, object]:
         "nats_msgs_per_job": round(
             sum(msgs[k] - msgs_before.get(k, 0) for k in msgs) / recovered, 2
         ),
+        "nats_msgs_per_job_by_kind": {
+            k: round((v - kinds_before.get(k, 0)) / recovered, 2)
+            for k, v in sorted(kinds.items(), key=lambda kv: -(kv[1] - kinds_before.get(kv[0], 0)))
+            if v - kinds_before.get(k, 0)
+        },
         "per_job": {
             k: round((v - counters_before.get(k, 0.0)) / recovered, 2) for k, v in counters.items()
         },
         "observer_and_bench_cpu_s": round(process_s - cpu_s, 2),
         "nats_server_cpu_s": round(server_s, 2),
+        "gc_cpu_s": {k: round(v, 2) for k, v in gc_times.by_thread.items()},
         "poll_interval_s": args.poll_interval,
         "concurrency": args.concurrency,
         "setup_s": round(setup_s, 1),
@@ -419,6 +477,15 @@ def main() -> None:
         help="local: processes on this machine; synthetic: in-memory rows (bench only)",
     )
     parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument(
+        "--profile", help="synthetic: write a cProfile of the supervisor's thread to this file"
+    )
+    parser.add_argument(
+        "--by-kind",
+        action="store_true",
+        help="synthetic: count the supervisor's messages by kind (bench/msgcount.py; its "
+        "counting costs the supervisor's thread CPU, so its CPU figure reads high)",
+    )
     parser.add_argument("--poll-interval", type=float, default=1.0)
     parser.add_argument(
         "--concurrency", type=int, default=128, help="SUPERVISOR_MAX_CONCURRENT_PASSES"

@@ -235,13 +235,7 @@ class LatestStore:
         """
         subject = self.subject(key)
         what = f"put {subject!r}"
-        sent: dict[str, str] = {}
-        for name, value in (headers or {}).items():
-            if name.lower().startswith("nats-"):
-                raise InvalidName("header name", name, "names starting with 'Nats-' are reserved")
-            sent[name] = value
-        if expected_last_seq is not None:
-            sent[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seq)
+        sent = _put_headers(headers, expected_last_seq)
         try:
             reply = await self._wire.request(
                 what, subject, payload, timeout_s=self._ack_timeout_s, headers=sent or None
@@ -262,6 +256,28 @@ class LatestStore:
                 raise ConcurrencyConflict(key[-1], expected_last_seq, int(m.group(1)))
             raise api_error(what, ack.error.code, ack.error.err_code, ack.error.description)
         return ack.seq
+
+    async def publish(
+        self,
+        key: tuple[str, ...],
+        payload: bytes,
+        *,
+        expected_last_seq: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """`put` without waiting for JetStream's ack (one message, not two): for a writer
+        that learns the outcome another way, e.g. from a `watch` that delivers every value
+        put (the value stored, or another in its place when `expected_last_seq` was not
+        the key's current seq, or nothing if it was lost).
+
+        Raises:
+            InvalidName: bad key, or a reserved header name.
+            StoreUnavailable: the connection is closed, draining, or can't buffer more.
+            PayloadTooLarge: the payload exceeds the server's max_payload.
+        """
+        subject = self.subject(key)
+        sent = _put_headers(headers, expected_last_seq)
+        await self._wire.publish(f"publish {subject!r}", subject, payload, sent or None)
 
     async def get(self, key: tuple[str, ...]) -> LatestEntry | None:
         """Return the current value of `key`, or None if it has none.
@@ -420,3 +436,17 @@ class LatestStore:
 
 def _user_headers(msg: Msg) -> dict[str, str]:
     return {k: v for k, v in (msg.headers or {}).items() if not k.lower().startswith("nats-")}
+
+
+def _put_headers(
+    headers: Mapping[str, str] | None, expected_last_seq: int | None
+) -> dict[str, str]:
+    """The headers of a put: the caller's (none reserved) and the expected last seq."""
+    sent: dict[str, str] = {}
+    for name, value in (headers or {}).items():
+        if name.lower().startswith("nats-"):
+            raise InvalidName("header name", name, "names starting with 'Nats-' are reserved")
+        sent[name] = value
+    if expected_last_seq is not None:
+        sent[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seq)
+    return sent

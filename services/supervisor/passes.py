@@ -29,6 +29,12 @@ handling); this module carries out the steps and calls the backend.
    changed, with optimistic concurrency on the status subject, never over a Status of a
    newer record seq.
 
+**Reads (issue 11).** A cached fold nothing says is behind (no record delivery or Status
+of a later seq noted: ``note_appended``) is planned from without a read (step 1) when its
+plan commits decisions: the commit's expected last seq is the fold's, so it lands only on
+the version planned from (a conflict re-reads and re-plans); a plan that commits nothing is
+read for before anything is carried out.
+
 **Message ids.** A fact's ``Nats-Msg-Id`` is derived from its step's key, so two writers of
 the same fact store it once. A decision's is the step's key *plus this writer's token*: two
 replicas planning from the same version decide the same steps with the same keys, and the
@@ -246,6 +252,7 @@ class PassExecutor:
         launch_retry_s: float = 30.0,
         store_retry_s: float = 60.0,
         crash_after_intent: bool = False,
+        status_echo_s: float | None = None,
     ) -> None:
         """Prepare the executor.
 
@@ -265,6 +272,10 @@ class PassExecutor:
                 (same msg ids: stored at most once) before the pass gives up.
             crash_after_intent: TEST HOOK: SIGKILL this process right after a launch
                 intent is committed, before the backend is called.
+            status_echo_s: publish a Status without waiting for JetStream's ack, and take
+                its coming back through ``note_status`` (the caller follows every Status)
+                as the ack, waiting this many seconds for it before asking with an acked
+                put; None: an acked put each time.
         """
         self._repo = RecordRepository(
             records,
@@ -285,11 +296,18 @@ class PassExecutor:
         self._start_retry = StartRetry(retry_s=launch_retry_s)
         self._crash_after_intent = crash_after_intent
         self._jobs: dict[str, Job] = {}
+        self._ahead: dict[str, int] = {}
+        """The highest record seq of each job known to be stored (told by `note_appended`
+        and by Statuses): a cached fold behind it is read before it is planned from."""
         self._published: dict[str, _Published] = {}
+        self._status_echo_s = status_echo_s
+        self._echoes: dict[str, _Echo] = {}
+        """The Status each job's pass published and waits to see come back."""
 
     def forget(self, job_id: str) -> None:
         """Drop ``job_id`` from the per-job caches (it settled; a later pass reads it again)."""
         self._jobs.pop(job_id, None)
+        self._ahead.pop(job_id, None)
         self._published.pop(job_id, None)
 
     def cached_jobs(self) -> frozenset[str]:
@@ -310,17 +328,34 @@ class PassExecutor:
         """The job as this replica last folded it."""
         return self._jobs.get(job_id)
 
+    def note_appended(self, job_id: str, seq: int | None = None) -> None:
+        """Take note that the job's record holds an event at ``seq`` (None: some event
+        after the cached fold), e.g. another writer's append was delivered: the next pass
+        reads the record if its cached fold is behind it."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return  # the next pass reads the record anyway
+        if seq is None:
+            seq = job.seq + 1
+        if seq > self._ahead.get(job_id, 0):
+            self._ahead[job_id] = seq
+
     def note_status(self, job_id: str, entry: LatestEntry) -> Status | None:
         """Take note of a Status seen on the status stream (from any replica).
 
         Returns:
             The decoded Status, or None if it can't be decoded (logged).
         """
+        echo = self._echoes.get(job_id)
+        if echo is not None and entry.seq > echo.expected and not echo.seen.done():
+            # The first Status after the one the put expected: the put's, if stored.
+            echo.seen.set_result((entry.seq, entry.payload == echo.payload))
         try:
             status = decode(entry.payload, Status)
         except DecodeError as err:
             log.error("supervisor.status_undecodable", extra={"job_id": job_id, "error": str(err)})
             return None
+        self.note_appended(job_id, status.seq)  # another replica's appends show here
         current = self._published.get(job_id)
         if current is None or entry.seq > current.stream_seq:
             self._published[job_id] = _Published(
@@ -345,7 +380,14 @@ class PassExecutor:
             dispatch_nats.NatsStoreError: the store failed (retry later).
         """
         started = time.monotonic()
-        loaded = await self._load(job_id, self._jobs.get(job_id))
+        prior = self._jobs.get(job_id)
+        unread = prior is not None and self._ahead.get(job_id, 0) <= prior.seq
+        # Issue 11: a cached fold nothing says is behind is planned from without a read; a
+        # commit of its decisions (expected last seq = the fold's) proves it current before
+        # any action, and a plan with none is read for below.
+        loaded = Loaded(prior, ()) if unread and prior is not None else None
+        if loaded is None:
+            loaded = await self._load(job_id, prior)
         if loaded is None:
             return PassOutcome(job_id=job_id, found=False)
         planned: list[tuple[PassPlan, Backend, Discovery | None]] = []
@@ -369,6 +411,12 @@ class PassExecutor:
 
         try:
             done = await self._repo.decide(job_id, decide, loaded=loaded)
+            if unread and not done.events and done.loaded is loaded:
+                # Nothing committed, so nothing proved the unread fold current: read what
+                # is new (one leader request when nothing is) before acting on its plan.
+                fresh = await self._repo.load(job_id, loaded.job)
+                if fresh is not None and fresh.entries:
+                    done = await self._repo.decide(job_id, decide, loaded=fresh)
         except MalformedRecord as err:  # a re-load after a lost race found it unreadable
             raise PoisonRecord(job_id, err) from err
         plan, backend, discovery = planned[-1]
@@ -647,13 +695,11 @@ class PassExecutor:
         for _ in range(_MAX_STATUS_TRIES):
             if current is not None and current.record_seq > status.seq:
                 return status  # a newer record's Status is there: never overwrite it
+            if current is not None and current.comparable == comparable:
+                return status  # found there after a conflict (e.g. an unacked copy stored)
+            expected = 0 if current is None else current.stream_seq
             try:
-                seq = await self._statuses.put(
-                    (job.job_id,),
-                    payload,
-                    expected_last_seq=0 if current is None else current.stream_seq,
-                    headers=headers,
-                )
+                seq = await self._put_status(job.job_id, payload, expected, headers)
             except ConcurrencyConflict:
                 self._metrics.conflicts.labels("status").inc()
                 entry = await self._statuses.get((job.job_id,))
@@ -667,6 +713,56 @@ class PassExecutor:
             return status
         log.warning("supervisor.status_conflicts", extra={"job_id": job.job_id})
         return status
+
+    async def _put_status(
+        self, job_id: str, payload: bytes, expected: int, headers: dict[str, str] | None
+    ) -> int:
+        """Make ``payload`` the job's Status over stream seq ``expected``; return its seq.
+
+        With ``status_echo_s``, published without an ack (issue 11: one message less per
+        Status): the first Status of the job after ``expected`` that the watch brings back
+        is this one if it was stored (the expected seq lets nothing else in between), or
+        another writer's, which is a conflict. Without it back in time (the watch not
+        following yet, a reconnect), the same put is sent acked: if the first copy was
+        stored meanwhile that one conflicts, and the caller reads the Status and decides.
+
+        Raises:
+            ConcurrencyConflict: another value is the job's Status after ``expected``.
+        """
+        key = (job_id,)
+        if self._status_echo_s is None or job_id in self._echoes:
+            return await self._statuses.put(
+                key, payload, expected_last_seq=expected, headers=headers
+            )
+        echo = self._echoes[job_id] = _Echo(expected, payload)
+        try:
+            await self._statuses.publish(key, payload, expected_last_seq=expected, headers=headers)
+            try:
+                async with asyncio.timeout(self._status_echo_s):
+                    seq, mine = await echo.seen
+            except TimeoutError:
+                log.info("supervisor.status_echo_missed", extra={"job_id": job_id})
+                return await self._statuses.put(
+                    key, payload, expected_last_seq=expected, headers=headers
+                )
+        finally:
+            del self._echoes[job_id]
+        if not mine:
+            raise ConcurrencyConflict(job_id, expected, seq)
+        return seq
+
+
+class _Echo:
+    """A Status published without an ack, waiting to come back on the status watch."""
+
+    __slots__ = ("expected", "payload", "seen")
+
+    def __init__(self, expected: int, payload: bytes) -> None:
+        self.expected = expected
+        self.payload = payload
+        self.seen: asyncio.Future[tuple[int, bool]] = asyncio.get_running_loop().create_future()
+        """The stream seq of the first Status after ``expected``, and whether it is this
+        one (else another writer's value came first: this one was refused)."""
 
 
 def _comparable(status: Status, wake_at: str | None) -> bytes:

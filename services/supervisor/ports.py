@@ -41,3 +41,14 @@ class LatestPort(Protocol):
             dispatch_nats.ConcurrencyConflict: the key's current seq is another.
         """
         ...
+
+    async def publish(
+        self,
+        key: tuple[str, ...],
+        payload: bytes,
+        *,
+        expected_last_seq: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """``put`` without waiting for the ack (the outcome shows on a watch)."""
+        ...

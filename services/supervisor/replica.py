@@ -133,6 +133,8 @@ class Replica:
             launch_retry_s=cfg.launch_retry_s,
             store_retry_s=cfg.store_retry_s,
             crash_after_intent=cfg.crash_after_intent,
+            # follow_statuses brings every Status back: a pass's own is its ack (issue 11).
+            status_echo_s=cfg.store_timeout_s,
         )
         self.deadlines = Deadlines(self._publish_wake, clock=clock)
         self.scheduler = Scheduler(
@@ -240,6 +242,8 @@ class Replica:
                     self._metrics.deliveries.labels(source).inc()
                     if source == "discovery":
                         self.discoveries.keep(delivery)
+                    elif source == "record":
+                        self.executor.note_appended(delivery.job_id, delivery.seq)
                     await self.scheduler.wake(delivery.job_id, delivery, source)
             finally:
                 closer.cancel()

@@ -224,8 +224,12 @@ class Supervisor:
         async def on_msg(_: object) -> None:
             changed.set()
 
+        async def on_append(_: object) -> None:
+            self.executor.note_appended(job_id)  # the next pass reads what is new
+            changed.set()
+
         subs = [
-            await self._nc.subscribe(self._layout.record_job_filter(job_id), cb=on_msg),
+            await self._nc.subscribe(self._layout.record_job_filter(job_id), cb=on_append),
             await self._nc.subscribe(f"{self._layout.root}.discovery.*.{job_id}", cb=on_msg),
         ]
         try:

@@ -175,6 +175,52 @@ async def test_unknown_job_reads_empty(store: RecordStore) -> None:
     assert await store.last_seq("nobody") == 0
 
 
+async def test_a_checked_read_asks_the_leader_once_when_nothing_is_new(
+    nc: NATS, streams: Layout, store: RecordStore
+) -> None:
+    """The supervisor's read after its fold: nothing new costs one request (the leader's
+    next event after the fold), one new event two (no direct get), more a direct get; other
+    jobs' and other writers' events in between change nothing of what is read."""
+    checked = RecordStore(nc, writer=WriterKind.SUPERVISOR, layout=streams, check_reads=True)
+    api = RecordStore(nc, writer=WriterKind.API, layout=streams)
+    sent: list[str] = []
+    publish = nc.publish
+
+    async def counted(subject: str, *args: object, **kw: object) -> None:
+        sent.append(subject)
+        await publish(subject, *args, **kw)  # type: ignore[arg-type]
+
+    nc.publish = counted  # type: ignore[method-assign]
+    try:
+        s1 = await api.append("job-c", b"a", expected_last_seq=0, msg_id="job-c:a")
+        await store.append("other", b"x", expected_last_seq=0, msg_id="other:x")
+        sent.clear()
+        assert await checked.read("job-c", after_seq=s1) == []
+        assert len(sent) == 1
+        assert ".STREAM.MSG.GET." in sent[0]
+        s2 = await store.append("job-c", b"b", expected_last_seq=s1, msg_id="job-c:b")
+        sent.clear()
+        [one] = await checked.read("job-c", after_seq=s1)
+        assert (one.seq, one.payload, one.msg_id, one.writer) == (
+            s2,
+            b"b",
+            "job-c:b",
+            WriterKind.SUPERVISOR,
+        )
+        assert abs(datetime.now(UTC) - one.time) < timedelta(seconds=30)
+        assert len(sent) == 2
+        assert all(".STREAM.MSG.GET." in s for s in sent)
+        assert [e.payload for e in await checked.read("job-c")] == [b"a", b"b"]
+        s3 = await api.append("job-c", b"c", expected_last_seq=s2, msg_id="job-c:c")
+        assert [e.seq for e in await checked.read("job-c", after_seq=s1)] == [s2, s3]
+        assert await checked.read("job-c", after_seq=s3) == []
+        assert await checked.read("nobody") == []
+    finally:
+        nc.publish = publish  # type: ignore[method-assign]
+        await checked.aclose()
+        await api.aclose()
+
+
 async def test_list_jobs_and_counts(store: RecordStore) -> None:
     assert await store.stream_last_seq() == 0
     for job, n in (("job-b", 2), ("job-a", 1), ("job-c", 3)):

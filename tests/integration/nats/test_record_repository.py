@@ -129,7 +129,12 @@ class Harness:
         """A store appending as ``writer``."""
         if self.nc is None:
             return self.fake.store(writer)
-        store = RecordStore(self.nc, writer=writer, layout=self.layout or Layout())
+        store = RecordStore(
+            self.nc,
+            writer=writer,
+            layout=self.layout or Layout(),
+            check_reads=self.kind == "real-checked",
+        )
         self._stores.append(store)
         return store
 
@@ -163,11 +168,12 @@ class Harness:
             await store.aclose()
 
 
-@pytest.fixture(params=["fake", "real"])
+@pytest.fixture(params=["fake", "real", "real-checked"])
 def backing(request: pytest.FixtureRequest) -> tuple[str, NATS | None, Layout | None]:
-    """Which store: the in-memory fake, or the real one on the session server."""
-    if request.param == "real":
-        return "real", request.getfixturevalue("nc"), request.getfixturevalue("streams")
+    """Which store: the in-memory fake, or the real one on the session server (reading
+    as any reader does, or checked against the stream leader as the supervisor does)."""
+    if request.param != "fake":
+        return request.param, request.getfixturevalue("nc"), request.getfixturevalue("streams")
     return "fake", None, None
 
 

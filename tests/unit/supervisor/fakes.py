@@ -5,6 +5,7 @@ record store is the repository contract's fake (``tests/contract/record_fake.py`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from datetime import UTC, datetime
 
@@ -27,6 +28,10 @@ class FakeLatest:
         self.seq = 0
         self.values: dict[tuple[str, ...], LatestEntry] = {}
         self.puts = 0
+        self.published = 0
+        """Values sent without an ack (``publish``), stored or not."""
+        self.watchers: list[Callable[[LatestEntry], object]] = []
+        """Called with every value stored, as a watch of the stream delivers them."""
 
     async def get(self, key: tuple[str, ...]) -> LatestEntry | None:
         await asyncio.sleep(0)
@@ -54,7 +59,23 @@ class FakeLatest:
             headers=dict(headers or {}),
         )
         self.puts += 1
+        for watcher in self.watchers:
+            asyncio.get_running_loop().call_soon(watcher, self.values[key])
         return self.seq
+
+    async def publish(
+        self,
+        key: tuple[str, ...],
+        payload: bytes,
+        *,
+        expected_last_seq: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """``put`` whose refusal nobody hears of (JetStream's answer to a publish sent
+        without a reply subject)."""
+        self.published += 1
+        with contextlib.suppress(ConcurrencyConflict):
+            await self.put(key, payload, expected_last_seq=expected_last_seq, headers=headers)
 
 
 class FakeBackend:

@@ -21,6 +21,7 @@ from dispatch_core import (
     Escalation,
     EscalationDelivered,
     GateState,
+    HoldCommand,
     Job,
     JobEvent,
     JobSpec,
@@ -32,6 +33,7 @@ from dispatch_core import (
     ObjectPhase,
     ObjectRef,
     ObservedObject,
+    OutcomeCommitted,
     Provenance,
     RecoveryPolicy,
     State,
@@ -76,8 +78,10 @@ class Installation:
         writer: str | None = None,
         launch_retry_s: float = 30.0,
         registry: CollectorRegistry | None = None,
+        status_echo_s: float | None = None,
     ) -> PassExecutor:
         return PassExecutor(
+            status_echo_s=status_echo_s,
             launch_retry_s=launch_retry_s,
             records=self.records,
             discoveries=self.discoveries,
@@ -434,3 +438,175 @@ async def test_a_status_is_never_published_over_a_newer_records_status() -> None
     await inst.executor().run_pass(JOB)
     assert inst.status().seq == 10**9
     assert inst.statuses.puts == 1
+
+
+# -- planning from the cached fold without a read (issue 11) ----------------------------------
+
+
+class _CountingReads:
+    """The installation's record store, counting reads."""
+
+    def __init__(self, inst: Installation) -> None:
+        self.reads = 0
+        self._read = inst.records.read
+
+        async def read(job_id: str, after_seq: int = 0) -> list[object]:
+            self.reads += 1
+            return await self._read(job_id, after_seq)  # type: ignore[return-value]
+
+        inst.records.read = read  # type: ignore[method-assign,assignment]
+
+
+def _preempted(object_id: str, submission: int = 1) -> ObservedObject:
+    preempted = Cause(kind=CauseKind.PREEMPTED, provenance=Provenance.SCHEDULER, detail="p")
+    return _obj(object_id, ObjectPhase.ENDED, cause=preempted, submission=submission)
+
+
+async def test_a_current_cache_commits_its_decisions_without_reading_first() -> None:
+    """The recovery pass plans from the fold the executor cached (its own appends made it);
+    the commit's expected last seq proves it current: no read. A pass that commits nothing
+    (opening a gate) reads what is new first."""
+    inst = Installation()
+    inst.submit(policy=RecoveryPolicy(rules=(rule(CauseKind.PREEMPTED, budget=2),)))
+    ex = inst.executor()
+    counting = _CountingReads(inst)
+    await ex.run_pass(JOB)  # launch 1: a cold cache is read
+    assert counting.reads == 1
+    await inst.show(_obj("1", ObjectPhase.PENDING, gate=GateState.CLOSED))
+    await ex.run_pass(JOB)  # open the gate: nothing to commit, so read first
+    assert inst.backend.opened == [ObjectRef(cluster=CLUSTER, id="1")]
+    assert counting.reads == 2
+    await inst.show(_preempted("1"))
+    outcome = await ex.run_pass(JOB)  # recovery decisions and launch 2: no read
+    assert counting.reads == 2
+    assert [launch.submission for launch in inst.backend.started] == [1, 2]
+    assert outcome.seq == inst.last(JOB)
+    assert ex.cached(JOB) == inst.job()  # the cache is the record, folded
+
+
+async def test_an_unread_cache_never_opens_a_gate_over_a_hold_the_record_holds() -> None:
+    """A person held the job after the executor's last pass, and nothing told the executor
+    (another replica took the append's delivery): planned from the cache alone the pass
+    would open the gate; it commits nothing, so it reads first, and keeps the gate shut."""
+    inst = Installation()
+    inst.submit()
+    ex = inst.executor()
+    await ex.run_pass(JOB)
+    inst.write(JOB, *decide(inst.job(), HoldCommand(by=ALICE, reason="look"), datetime.now(UTC)))
+    await inst.show(_obj("1", ObjectPhase.PENDING, gate=GateState.CLOSED))
+    outcome = await ex.run_pass(JOB)
+    assert inst.backend.opened == []
+    assert outcome.seq == inst.last(JOB)
+    assert inst.status().hold is not None
+
+
+async def test_an_unread_cache_that_lost_the_race_plans_again_on_the_record() -> None:
+    """The job was cancelled after the executor's last pass, unknown to it; its object is
+    then preempted. Planned from the cache, the pass decides a recovery; the commit
+    conflicts (expected last seq: the cache's), so it re-reads and re-plans: no relaunch."""
+    inst = Installation()
+    inst.submit(policy=RecoveryPolicy(rules=(rule(CauseKind.PREEMPTED, budget=2),)))
+    registry = CollectorRegistry()
+    ex = inst.executor(registry=registry)
+    await ex.run_pass(JOB)
+    inst.write(JOB, *decide(inst.job(), Cancel(by=ALICE, reason="no"), datetime.now(UTC)))
+    await inst.show(_preempted("1"))
+    while (await ex.run_pass(JOB)).follow_up:
+        pass
+    assert [launch.submission for launch in inst.backend.started] == [1]
+    assert any(isinstance(e, OutcomeCommitted) for e in inst.events())
+    assert inst.status().state is State.CANCELLED
+    assert (
+        registry.get_sample_value("dispatch_supervisor_conflicts_total", {"what": "decision"})
+        == 1.0
+    )
+
+
+async def test_an_append_noted_makes_the_next_pass_read_before_planning() -> None:
+    """The replica was told of another writer's append (its record delivery, or a Status of
+    a later record seq): the next pass reads first and loses no race."""
+    inst = Installation()
+    inst.submit(policy=RecoveryPolicy(rules=(rule(CauseKind.PREEMPTED, budget=2),)))
+    registry = CollectorRegistry()
+    ex = inst.executor(registry=registry)
+    await ex.run_pass(JOB)
+    inst.write(JOB, *decide(inst.job(), Cancel(by=ALICE, reason="no"), datetime.now(UTC)))
+    ex.note_appended(JOB, inst.last(JOB))
+    await inst.show(_preempted("1"))
+    while (await ex.run_pass(JOB)).follow_up:
+        pass
+    assert [launch.submission for launch in inst.backend.started] == [1]
+    assert not registry.get_sample_value(
+        "dispatch_supervisor_conflicts_total", {"what": "decision"}
+    )
+
+
+# -- a Status published without an ack, its echo taken for the ack (issue 11) -----------------
+
+
+def _echoing(inst: Installation, ex: PassExecutor) -> None:
+    """Bring every stored Status back to ``ex``, as the replica's status watch does."""
+    inst.statuses.watchers.append(lambda entry: ex.note_status(entry.key[-1], entry))
+
+
+async def test_a_status_is_published_without_an_ack_and_its_echo_confirms_it() -> None:
+    inst = Installation()
+    inst.submit()
+    ex = inst.executor(status_echo_s=30.0)
+    _echoing(inst, ex)
+    outcome = await ex.run_pass(JOB)
+    assert inst.statuses.published == 1
+    assert inst.statuses.puts == 1  # the fake's store of that publish: no acked put
+    assert outcome.status is not None
+    assert inst.status() == outcome.status
+    await ex.run_pass(JOB)  # nothing changed: nothing published
+    assert inst.statuses.published == 1
+
+
+async def test_a_status_whose_echo_never_comes_is_put_acked() -> None:
+    """No watch brings it back (not following yet, a reconnect): after ``status_echo_s``
+    the same put is sent acked; the first copy was stored, so that one conflicts, the
+    Status is read and found current: one Status, the pass's."""
+    inst = Installation()
+    inst.submit()
+    ex = inst.executor(status_echo_s=0.05)
+    outcome = await ex.run_pass(JOB)
+    assert inst.statuses.published == 1
+    assert outcome.status is not None
+    assert inst.status().seq == outcome.status.seq == inst.last(JOB)
+    assert inst.statuses.puts == 1
+
+
+@pytest.mark.parametrize("newer", [True, False])
+async def test_a_status_refused_for_another_writers_is_decided_again(newer: bool) -> None:
+    """Another replica's Status lands between this pass's read of the status stream and its
+    publish: the publish is refused and the echo is the other's value. Of a newer record,
+    it is left there; of an older one (a replica behind), the pass's Status replaces it."""
+    inst = Installation()
+    inst.submit()
+    ex = inst.executor(status_echo_s=30.0)
+    _echoing(inst, ex)
+    await ex.run_pass(JOB)
+    other = Status(
+        job_id=JOB,
+        level=Level.FULL,
+        state=State.RUNNING,
+        cause=Cause(kind=CauseKind.NONE, provenance=Provenance.SCHEDULER),
+        at=datetime.now(UTC),
+        seq=10**9 if newer else 1,
+    )
+    publish = inst.statuses.publish
+    raced: list[bool] = []
+
+    async def another_first(key: tuple[str, ...], payload: bytes, **kw: object) -> None:
+        if not raced:
+            raced.append(True)
+            await inst.statuses.put(key, encode(other))  # lands first, unseen by the pass
+        await publish(key, payload, **kw)  # type: ignore[arg-type]
+
+    inst.statuses.publish = another_first  # type: ignore[method-assign]
+    await inst.show(_obj("1", ObjectPhase.PENDING, gate=GateState.CLOSED))
+    outcome = await ex.run_pass(JOB)
+    assert inst.backend.opened == [ObjectRef(cluster=CLUSTER, id="1")]
+    assert inst.status().seq == (10**9 if newer else outcome.seq)
+    assert outcome.seq == inst.last(JOB)
