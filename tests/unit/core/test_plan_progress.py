@@ -331,14 +331,16 @@ def test_never_more_recoveries_than_the_budget_plus_the_progressed_ones(
 @given(
     budget=st.integers(0, 50),
     limit=st.integers(1, 6),
-    lead=st.lists(st.integers(0, 1000), max_size=5),
+    lead=st.lists(st.integers(0, 999), max_size=5),
     stalls=st.integers(0, 10),
 )
 def test_a_no_progress_hold_fires_exactly_at_n(
     budget: int, limit: int, lead: list[int], stalls: int
 ) -> None:
     """Executions that each publish a newer step, then ``stalls`` that publish nothing: the
-    hold fires at the N-th stalled one, never before, while budget is left."""
+    hold fires at the N-th stalled one, never before, while budget is left. (Lead offsets
+    stay below 1000 so every lead step is newer than the one before: 1000 + 1000 and
+    2000 + 0 would be the same step, a stall.)"""
     steps: list[int | None] = [1000 * (i + 1) + s for i, s in enumerate(lead)]
     endings = [*steps, *([None] * stalls)]
     _, _, holds, verdicts = _simulate(budget + len(lead) + limit, True, limit, endings)
