@@ -354,6 +354,10 @@ def test_clusters_on_a_resubmit_line_is_the_failover_list() -> None:
     [
         ("#DISPATCH hold on=node-lost clusters=slurm,local", "only for resubmit rules"),
         ("#DISPATCH resubmit on=node-lost clusters=slurm,,local", "comma-separated"),
+        # the core's own refusals, at the line (the API named only policy.rules[0])
+        ("#DISPATCH resubmit on=node-lost clusters=SLURM,local", "'SLURM' is not a cluster"),
+        ("#DISPATCH resubmit on=node-lost clusters=slurm,slurm", "'slurm' is listed twice"),
+        ('#DISPATCH resubmit on=node-lost clusters="slurm, lab_2"', "'lab_2' is not a cluster"),
     ],
 )
 def test_a_malformed_clusters_is_refused_with_its_line(line: str, words: str) -> None:
