@@ -433,13 +433,16 @@ def build_sbatch_submission(
 
 def plan_summary(plan: Plan) -> str:
     """The plan's rules on one line, for ``Submitted dispatch job <id> (plan: ...)``:
-    ``resubmit on preempted,node-lost budget 3; hold on non-zero-exit``, a substitution and
-    an unenforced rule marked (``dispatch submit`` prints the same in full)."""
+    ``resubmit on preempted,node-lost budget 3 fail over slurm -> local; hold on
+    non-zero-exit``, a substitution and an unenforced rule marked (``dispatch submit``
+    prints the same in full)."""
     parts = []
     for rule in plan.rules:
         text = f"{rule.action.value} on {','.join(k.value for k in rule.on)}"
         if rule.action in _BUDGETED:
             text += f" budget {rule.budget}"
+        if rule.clusters:
+            text += f" fail over {' -> '.join(rule.clusters)}"
         if rule.substituted_for is not None:
             text += f" [instead of {rule.substituted_for.value}]"
         if rule.unenforced:

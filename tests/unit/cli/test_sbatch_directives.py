@@ -22,8 +22,16 @@ from dispatch_cli.sbatch import (
     ScriptError,
     build_sbatch_submission,
     parse_directives,
+    plan_summary,
 )
-from dispatch_core import COVERABLE_CAUSES, RecoveryPolicy, RecoveryRule
+from dispatch_core import (
+    COVERABLE_CAUSES,
+    Declarations,
+    JobSpec,
+    RecoveryPolicy,
+    RecoveryRule,
+    make_plan,
+)
 from dispatch_core.policy import validate as validate_policy
 
 REPO: Final = Path(__file__).resolve().parents[3]
@@ -365,3 +373,14 @@ def test_a_malformed_clusters_is_refused_with_its_line(line: str, words: str) ->
         parse_directives(_script(line), source="t")
     assert caught.value.message.startswith("t:2: "), caught.value.message
     assert words in caught.value.message
+
+
+def test_the_submitted_line_names_a_rule_s_failover_clusters() -> None:
+    """``Submitted dispatch job <id> (plan: ...)`` is all ``dispatch sbatch`` prints of the
+    plan: a failover rule's clusters, in order, are in it (they were left out, so the
+    printed plan read as a rule that resubmits where the job is)."""
+    text = _script("#DISPATCH resubmit on=node-lost budget=2 clusters=slurm,local")
+    (rule,) = parse_directives(text).rules
+    policy = msgspec.convert({"rules": [rule]}, RecoveryPolicy)
+    plan = make_plan(JobSpec(cluster="slurm"), policy, Declarations(node_loss_window_s=1))
+    assert plan_summary(plan) == "resubmit on node-lost budget 2 fail over slurm -> local"
