@@ -90,6 +90,9 @@ class JobSummary(msgspec.Struct, frozen=True, kw_only=True):
     (None: not read yet, nothing published, or an older API)."""
     published_at: UtcDatetime | None = None
     """When the observer read ``published_step``."""
+    current_cluster: str | None = None
+    """The current submission's cluster (after a failover not ``cluster``; None: no
+    submission yet, unknown, or an older API)."""
 
 
 class UnreadableJob(msgspec.Struct, frozen=True, kw_only=True):

@@ -217,6 +217,12 @@ def _check_rules(path: Path, where: str, rules: object) -> None:
     for i, rule in enumerate(rules):
         if isinstance(rule, Mapping):
             _check_keys(path, f"{where}rules[{i}]", rule, _RULE_KEYS)
+            if rule.get("clusters") == []:
+                # the core reads [] as no list at all: the job would never fail over
+                raise UsageError(
+                    f"{path}: {where}rules[{i}].clusters is empty: list the clusters to fail "
+                    "over to, in order, or drop the key for a rule that stays on its cluster"
+                )
 
 
 def _type_name(value: object) -> str:

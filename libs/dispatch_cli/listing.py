@@ -46,7 +46,8 @@ class JobRow(msgspec.Struct, frozen=True, kw_only=True):
 
     Attributes:
         job: the Status head from ``GET /v1/jobs``.
-        cluster: ``spec.cluster`` (None: the record has no ``job.created`` yet).
+        cluster: ``spec.cluster``, then ``->`` the current submission's cluster when a
+            failover moved the job (``lab2->local``; None: no ``job.created`` yet).
         created: when the job was created.
         checkpoint_root: ``spec.checkpoint``, with ``{job}`` expanded.
         latest_checkpoint: the latest published step (``"step 500"``): as the cluster's
@@ -106,7 +107,11 @@ def _row(job: JobSummary, *, checkpoints: bool) -> JobRow:
         latest = latest_checkpoint(root) if checkpoints else None
     return JobRow(
         job=job,
-        cluster=job.cluster,
+        cluster=(
+            f"{job.cluster}->{job.current_cluster}"
+            if job.cluster is not None and job.current_cluster not in (None, job.cluster)
+            else job.cluster
+        ),
         created=job.created_at,
         checkpoint_root=root,
         latest_checkpoint=latest,

@@ -56,6 +56,9 @@ __all__ = ["cli", "main"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+_DEFAULT_PORT: Final = 8080
+"""``dispatch up``'s API port when ``--port`` is not given."""
+
 _EXIT_CODES_HELP: Final = """\b
 Exit codes: 0 ok; 1 failure (API 5xx, services); 2 usage or an unreadable
 job file; 3 API unreachable; 4 token refused (401) or forbidden (403);
@@ -175,7 +178,7 @@ def cli() -> None:
     "[env DISPATCH_DATA_DIR; default ~/.local/share/dispatch].",
 )
 @click.option(
-    "--port", type=click.IntRange(0, 65535), default=8080, show_default=True,
+    "--port", type=click.IntRange(0, 65535), default=_DEFAULT_PORT, show_default=True,
     help="The API's port on 127.0.0.1 (0: any free one).",
 )  # fmt: skip
 @click.option(
@@ -310,9 +313,10 @@ def up(
         embedded.stop()
         jobs = embedded.live_jobs()
         if jobs:
+            again = _up_again(embedded.data_dir, port, clusters_file, nats_urls, nats_credentials)
             say(
                 f"dispatch up: {jobs} job(s) keep running on the local backend; "
-                f"`{program()} up` again supervises them"
+                f"`{program()} up{again}` again supervises them"
             )
         say("dispatch up: stopped")
         return EXIT_OK
@@ -320,6 +324,30 @@ def up(
         embedded.stop(quiet=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _up_again(
+    data_dir: Path,
+    port: int,
+    clusters_file: Path | None,
+    nats_urls: str | None,
+    nats_credentials: Path | None,
+) -> str:
+    """The options that start this ``up`` again on the same data, clusters and NATS (each
+    with a leading space; none for the defaults): a bare ``dispatch up`` would start on the
+    default data directory, not supervising these jobs, and without a second cluster's."""
+    words = []
+    if data_dir.resolve() != default_data_dir(os.environ).expanduser().resolve():
+        words += ["--data-dir", str(data_dir.resolve())]
+    if port != _DEFAULT_PORT:
+        words += ["--port", str(port)]
+    if clusters_file is not None:
+        words += ["--clusters", str(clusters_file.resolve())]
+    if nats_urls:
+        words += ["--nats", nats_urls]
+    if nats_credentials is not None:
+        words += ["--nats-credentials", str(nats_credentials.resolve())]
+    return "".join(f" {shlex.quote(w)}" for w in words)
 
 
 @cli.command(short_help="Watch a training job preempted and resumed.")

@@ -4,9 +4,10 @@ to do next): ``scripts/install.sh`` installs ``dispatch`` into ``.venv/bin``, wh
 
 The rule is pip's (its "To update, run: ..." names the invocation that runs this pip):
 
-* run as the ``dispatch`` script: ``dispatch`` when the ``dispatch`` that ``PATH`` finds is
-  this very file, else the path it was invoked by, as typed (``.venv/bin/dispatch``, or
-  absolute: it runs from where the user typed it);
+* run as the ``dispatch`` script (or a symbolic link to it by any name): ``dispatch`` when
+  the ``dispatch`` that ``PATH`` finds is this very file, else the path it was invoked by,
+  as typed (``.venv/bin/dispatch``, ``./dsp``, or absolute: it runs from where the user
+  typed it);
 * run as ``python -m dispatch_cli``: that, with this interpreter's absolute path;
 * anything else (the SDK inside a user's program, a test calling ``main`` in-process):
   ``dispatch``, the command's name.
@@ -41,7 +42,9 @@ def invocation(argv0: str, executable: str, path: str | None) -> str:
     """
     if not argv0:
         return NAME
-    if Path(argv0).name == NAME:
+    if NAME in (Path(argv0).name, Path(os.path.realpath(argv0)).name):
+        # the script, or a link to it under another name (`ln -s .venv/bin/dispatch dsp`):
+        # a bare `dispatch` would not run where the link does
         found = shutil.which(NAME, path=path)
         if found is not None and _same(found, argv0):
             return NAME

@@ -178,7 +178,7 @@ def plan_lines(plan: Plan) -> list[str]:
         if rule.action.value in ("resubmit", "restart", "requeue"):
             text += f" (budget {rule.budget})"
         if rule.action.value == "hold":
-            text += f" (overdue after {_duration(rule.hold_for_s)})"
+            text += f" (overdue after {duration_text(rule.hold_for_s)})"
         if rule.free_if_progress:
             text += " (free if progress)"
         if rule.max_without_progress is not None:
@@ -186,7 +186,7 @@ def plan_lines(plan: Plan) -> list[str]:
         if rule.clusters:
             text += f" (fail over: {' -> '.join(rule.clusters)})"
         if rule.wait_s is not None:
-            text += f" (no capacity for {_duration(rule.wait_s)}: stop and apply)"
+            text += f" (no capacity for {duration_text(rule.wait_s)}: stop and apply)"
         if rule.enforcer.value == "backend":
             text += " [backend enforces it]"
         if rule.substituted_for is not None:
@@ -207,7 +207,8 @@ def plan_lines(plan: Plan) -> list[str]:
     return lines
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
+    """``seconds`` as the plan says it: ``24 h`` (whole hours), ``15 min``, ``30 s``."""
     if seconds >= 3600 and seconds % 3600 == 0:
         return f"{seconds / 3600:g} h"
     if seconds >= 60:

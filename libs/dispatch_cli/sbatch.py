@@ -65,7 +65,17 @@ import msgspec
 from dispatch_backends.slurm.script import leading_block
 from dispatch_cli.errors import UsageError
 from dispatch_cli.jobfile import parse_causes, parse_duration
-from dispatch_core import Action, Enforcer, Plan
+from dispatch_cli.render import duration_text
+from dispatch_core import (
+    Action,
+    CauseKind,
+    Enforcer,
+    InvalidPolicy,
+    Plan,
+    RecoveryPolicy,
+    RecoveryRule,
+)
+from dispatch_core.policy import validate as validate_policy
 
 __all__ = [
     "FREE_IF_PROGRESS",
@@ -157,6 +167,7 @@ def _rule(
             names = [c.strip() for c in value.split(",")]
             if not all(names):
                 raise _fail(where, line, f"clusters={value!r}: name clusters, comma-separated")
+            _check_clusters(where, line, names)
             rule["clusters"] = names
         elif key == "wait":
             try:
@@ -183,6 +194,19 @@ def _rule(
     if action in _BUDGETED and "budget" not in rule:
         rule["budget"] = _DEFAULT_BUDGET
     return rule
+
+
+def _check_clusters(where: str, line: str, names: list[str]) -> None:
+    """Refuse, at its line, a failover list the core's ``validate`` refuses (``LAB2``, a
+    cluster named twice): sent as is, the API refused it naming ``policy.rules[i]``, not
+    the line to fix. Whether each cluster exists is the API's (the clusters file). The
+    list is checked on a rule of its own, covering a cause any resubmit rule may cover, so
+    only the list is judged here."""
+    alone = RecoveryRule(on=(CauseKind.PREEMPTED,), action=Action.RESUBMIT, clusters=tuple(names))
+    try:
+        validate_policy(RecoveryPolicy(rules=(alone,)))
+    except InvalidPolicy as err:
+        raise _fail(where, line, err.reason) from None
 
 
 def _count(where: str, line: str, value: str) -> int:
@@ -405,13 +429,18 @@ def build_sbatch_submission(
 
 def plan_summary(plan: Plan) -> str:
     """The plan's rules on one line, for ``Submitted dispatch job <id> (plan: ...)``:
-    ``resubmit on preempted,node-lost budget 3; hold on non-zero-exit``, a substitution and
-    an unenforced rule marked (``dispatch submit`` prints the same in full)."""
+    ``resubmit on preempted,node-lost budget 3 fail over slurm -> local; hold on
+    non-zero-exit``, a substitution and an unenforced rule marked (``dispatch submit``
+    prints the same in full)."""
     parts = []
     for rule in plan.rules:
         text = f"{rule.action.value} on {','.join(k.value for k in rule.on)}"
         if rule.action in _BUDGETED:
             text += f" budget {rule.budget}"
+        if rule.clusters:
+            text += f" fail over {' -> '.join(rule.clusters)}"
+        if rule.wait_s is not None:
+            text += f" after {duration_text(rule.wait_s)} without capacity"
         if rule.substituted_for is not None:
             text += f" [instead of {rule.substituted_for.value}]"
         if rule.unenforced:

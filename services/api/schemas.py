@@ -293,6 +293,8 @@ class JobSummary(msgspec.Struct, frozen=True, kw_only=True):
             ``seq`` does not decode, or its writer may not write it): the Status is the
             last one published before, stale; the listing's ``unreadable`` names the event.
         cluster: ``spec.cluster`` (None: not known, e.g. the record can't be read).
+        current_cluster: the current submission's cluster, ``Status.cluster`` (after a
+            failover not ``cluster``; None: no submission yet, or not known).
         created_at: when the job was created (None: not known).
         checkpoint: ``spec.checkpoint``, the job's checkpoint root (None: none or unknown).
         published_step, published_at: the latest step published under the root as the
@@ -316,6 +318,7 @@ class JobSummary(msgspec.Struct, frozen=True, kw_only=True):
     checkpoint: str | None = None
     published_step: int | None = None
     published_at: UtcDatetime | None = None
+    current_cluster: str | None = None
 
     @classmethod
     def of(cls, status: Status, *, unreadable: bool = False) -> JobSummary:
@@ -334,6 +337,7 @@ class JobSummary(msgspec.Struct, frozen=True, kw_only=True):
             unreadable=unreadable,
             published_step=status.published_step,
             published_at=status.published_at,
+            current_cluster=status.cluster,
         )
 
 

@@ -396,7 +396,8 @@ class LocalBackend:
         (``status.json``); a pending object's output is empty and live.
 
         Raises:
-            OutputNotFound: no such object (live or archived).
+            OutputNotFound: no such object (live or archived), or its output file was
+                deleted after the command started (a file not made yet reads as empty).
             Unreachable: the file can't be read.
             ValueError: a negative offset or limit.
         """
@@ -418,9 +419,25 @@ class LocalBackend:
         except OSError as err:
             raise Unreachable(self._cluster, f"cannot read {path / name}: {err}") from err
         if not live or chunk.data or (path / name).exists():
-            return chunk
+            return self._kept(path, name, chunk)
         # archived between finding the directory and reading it: read it where it went
         moved = self._store.find(ref.id, archived=True)
         if moved is None or moved == path:
-            return chunk
-        return read_file_chunk(moved / name, offset, limit, live=False)
+            return self._kept(path, name, chunk)
+        return self._kept(moved, name, read_file_chunk(moved / name, offset, limit, live=False))
+
+    def _kept(self, path: Path, name: str, chunk: OutputChunk) -> OutputChunk:
+        """``chunk``, unless the runner started the command (it wrote ``job.json``, having
+        made both output files first) and the file is gone: deleted by someone, its output
+        lost. Reading it as empty would show a finished job as one that printed nothing.
+
+        Raises:
+            OutputNotFound: the output file was deleted after the command started.
+        """
+        if not chunk.data and not (path / name).exists() and (path / _r.JOB_FILE).exists():
+            raise OutputNotFound(
+                self._cluster,
+                f"{path / name} is gone: it was deleted after the command started, "
+                "so its output is lost",
+            )
+        return chunk

@@ -471,6 +471,9 @@ def test_up_started_again_continues_from_the_same_data(tmp_path: Path, job_file:
             assert f"stopped {part}" in out, out
         assert out.index("stopped api") < out.index("stopped nats")
         assert "1 job(s) keep running on the local backend" in out
+        # the command it names starts this data again (a bare `up` would start the default)
+        resume = f"up --data-dir {first.data_dir.resolve()} --port {first.port}` again"
+        assert resume in out, out
         assert not (first.data_dir / "up.json").exists()
 
         gone = run_cli("status", env=first.env())

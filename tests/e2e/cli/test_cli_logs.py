@@ -120,3 +120,13 @@ def test_logs_of_what_does_not_exist_is_not_found(up: Up, job_file: JobFile) -> 
     assert unknown.code == 5, str(unknown)
     assert "no execution 7" in unknown.err
     assert up.dispatch("logs", job).out == "hi\n"
+    # Its output file deleted: lost output, said so (not an empty output, exit 0).
+    shown = up.dispatch("status", job)
+    (where,) = [line for line in shown.out.splitlines() if line.startswith("output: ")]
+    stdout = Path(where.removeprefix("output: ").split()[0])
+    stdout.unlink()
+    for args in ((), ("--follow",)):
+        gone = up.dispatch("logs", job, *args)
+        assert gone.code == 5, str(gone)
+        assert f"{stdout} is gone" in gone.err, str(gone)
+        assert "Traceback" not in gone.err, str(gone)

@@ -65,6 +65,17 @@ def test_a_venv_script_run_by_its_path_names_that_path(tmp_path: Path) -> None:
     _runs_as_printed(hinted, tmp_path, plain)
 
 
+def test_a_link_to_the_script_by_another_name_names_the_link(tmp_path: Path) -> None:
+    """``ln -s .venv/bin/dispatch dsp; ./dsp ...``: the hints said ``dispatch``, which is not
+    on PATH; they name the link, as typed."""
+    link = tmp_path / "dsp"
+    link.symlink_to(SCRIPT)
+    plain = "/usr/bin:/bin"
+    hinted = _unreachable_hint(["./dsp"], tmp_path, tmp_path, plain)
+    assert hinted == "./dsp"
+    _runs_as_printed(hinted, tmp_path, plain)
+
+
 def test_a_script_found_on_path_is_named_dispatch(tmp_path: Path) -> None:
     path = os.pathsep.join([str(SCRIPT.parent), "/usr/bin", "/bin"])
     hinted = _unreachable_hint(["dispatch"], tmp_path, tmp_path, path)

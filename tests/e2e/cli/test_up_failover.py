@@ -110,6 +110,10 @@ def test_a_job_that_loses_its_node_fails_over_to_the_next_cluster_and_finishes(
         second_epoch = _epoch_printed(up.local_data_dir / "objects", second["id"])
         assert second_epoch > first_epoch
         assert second_epoch == status["epoch"]
+        # The jobs table says where it was submitted and where it runs now (it said lab2).
+        listed = up.dispatch("status")
+        (row,) = [line.split() for line in listed.out.splitlines() if line.startswith(job)]
+        assert row[3] == f"{SECOND}->local", listed.out
 
         flag.touch()
         watched = up.dispatch("watch", job, timeout_s=120)

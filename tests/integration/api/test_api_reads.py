@@ -148,6 +148,7 @@ async def test_the_listing_uses_published_statuses_and_projects_the_rest(api: Ap
         "checkpoint",
         "published_step",  # as the cluster's observer last read pub/ (issue 14)
         "published_at",
+        "current_cluster",  # the current submission's (a failover moves it; issue 14)
     }
     assert not any(j["unreadable"] for j in reply.body["jobs"])
 

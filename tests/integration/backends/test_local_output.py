@@ -133,6 +133,28 @@ async def test_an_archived_object_is_still_read_and_ended(harness: LocalHarness)
     assert "/archive/" in chunk.where
 
 
+async def test_an_output_file_deleted_after_the_command_started_is_not_found(
+    harness: LocalHarness,
+) -> None:
+    """A deleted output file is lost output, not an object that printed nothing (read as
+    empty, ``dispatch logs`` printed nothing and exited 0); a file the runner has not made
+    yet still reads as empty."""
+    backend = harness.backend
+    ref = await _run(harness, "echo gone")
+
+    async def ended() -> None:
+        assert not (await _read_all(backend, ref, OUT)).live
+
+    await assert_eventually(ended, timeout_s=30)
+    stdout = backend.object_dir(ref) / "stdout"
+    stdout.unlink()
+    with pytest.raises(OutputNotFound, match=f"{stdout} is gone"):
+        await _read_all(backend, ref, OUT)
+    assert (await _read_all(backend, ref, ERR)).data == b""  # still there, empty
+    pending = await _run(harness, "echo never yet", open_gate=False)
+    assert (await _read_all(backend, pending, OUT)).data == b""
+
+
 async def test_unknown_objects_and_bad_windows_are_refused(harness: LocalHarness) -> None:
     backend = harness.backend
     for ref in (ObjectRef(cluster=CLUSTER, id="999"), ObjectRef(cluster="other", id="1")):

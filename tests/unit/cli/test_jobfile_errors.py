@@ -41,6 +41,17 @@ def test_a_misspelt_spec_key_is_named_with_the_key_it_meant(tmp_path: Path) -> N
     assert str(tmp_path / "job.toml") in message
 
 
+def test_an_empty_failover_list_is_refused_naming_its_rule(tmp_path: Path) -> None:
+    """``clusters = []`` reached the core as no list at all: accepted, it never failed over."""
+    message = refused(
+        tmp_path,
+        '[spec]\ncluster = "local"\ncommand = ["x"]\n'
+        '[[policy.rules]]\non = ["node-lost"]\naction = "resubmit"\nbudget = 2\n'
+        "clusters = []\n",
+    )
+    assert "policy.rules[0].clusters is empty" in message
+
+
 def test_an_unknown_top_level_key_is_named(tmp_path: Path) -> None:
     message = refused(tmp_path, 'nmae = "digits"\n[spec]\ncluster = "local"\ncommand = ["x"]\n')
     assert "unknown key `nmae`" in message

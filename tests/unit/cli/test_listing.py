@@ -173,3 +173,14 @@ def test_the_client_sends_offset_only_when_asked() -> None:
     api.jobs(offset=100, limit=10)
     api.jobs(offset=0)
     assert api.asked == [("/v1/jobs", {"offset": "100", "limit": "10"}), ("/v1/jobs", None)]
+
+
+def test_a_job_a_failover_moved_shows_both_clusters() -> None:
+    """``spec.cluster`` alone read as if a failed-over job still ran where it started."""
+    heads = (
+        _head("f-1", cluster="lab2", current_cluster="local"),
+        _head("f-2", cluster="lab2", current_cluster="lab2"),
+        _head("f-3", cluster="lab2"),
+    )
+    page = jobs_page(_Listing(JobList(jobs=heads)), checkpoints=False)
+    assert [r.cluster for r in page.jobs] == ["lab2->local", "lab2", "lab2"]

@@ -22,8 +22,16 @@ from dispatch_cli.sbatch import (
     ScriptError,
     build_sbatch_submission,
     parse_directives,
+    plan_summary,
 )
-from dispatch_core import COVERABLE_CAUSES, RecoveryPolicy, RecoveryRule
+from dispatch_core import (
+    COVERABLE_CAUSES,
+    Declarations,
+    JobSpec,
+    RecoveryPolicy,
+    RecoveryRule,
+    make_plan,
+)
 from dispatch_core.policy import validate as validate_policy
 
 REPO: Final = Path(__file__).resolve().parents[3]
@@ -346,6 +354,10 @@ def test_clusters_on_a_resubmit_line_is_the_failover_list() -> None:
     [
         ("#DISPATCH hold on=node-lost clusters=slurm,local", "only for resubmit rules"),
         ("#DISPATCH resubmit on=node-lost clusters=slurm,,local", "comma-separated"),
+        # the core's own refusals, at the line (the API named only policy.rules[0])
+        ("#DISPATCH resubmit on=node-lost clusters=SLURM,local", "'SLURM' is not a cluster"),
+        ("#DISPATCH resubmit on=node-lost clusters=slurm,slurm", "'slurm' is listed twice"),
+        ('#DISPATCH resubmit on=node-lost clusters="slurm, lab_2"', "'lab_2' is not a cluster"),
     ],
 )
 def test_a_malformed_clusters_is_refused_with_its_line(line: str, words: str) -> None:
@@ -377,3 +389,25 @@ def test_a_malformed_wait_is_refused_with_its_line(line: str, words: str) -> Non
         parse_directives(_script(line), source="t")
     assert caught.value.message.startswith("t:2: "), caught.value.message
     assert words in caught.value.message
+
+
+def test_the_submitted_line_names_a_rule_s_failover_clusters() -> None:
+    """``Submitted dispatch job <id> (plan: ...)`` is all ``dispatch sbatch`` prints of the
+    plan: a failover rule's clusters, in order, are in it (they were left out, so the
+    printed plan read as a rule that resubmits where the job is)."""
+    text = _script("#DISPATCH resubmit on=node-lost budget=2 clusters=slurm,local")
+    (rule,) = parse_directives(text).rules
+    policy = msgspec.convert({"rules": [rule]}, RecoveryPolicy)
+    plan = make_plan(JobSpec(cluster="slurm"), policy, Declarations(node_loss_window_s=1))
+    assert plan_summary(plan) == "resubmit on node-lost budget 2 fail over slurm -> local"
+
+
+def test_the_submitted_line_names_a_rule_s_no_capacity_wait() -> None:
+    """A no-capacity rule's wait is in the one-line plan too (issue 14 part 2)."""
+    text = _script("#DISPATCH resubmit on=no-capacity budget=2 wait=15m clusters=slurm,local")
+    (rule,) = parse_directives(text).rules
+    policy = msgspec.convert({"rules": [rule]}, RecoveryPolicy)
+    plan = make_plan(JobSpec(cluster="slurm"), policy, Declarations(node_loss_window_s=1))
+    assert plan_summary(plan) == (
+        "resubmit on no-capacity budget 2 fail over slurm -> local after 15 min without capacity"
+    )
