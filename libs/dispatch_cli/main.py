@@ -103,26 +103,38 @@ class Target:
 
 def client_options(func: F) -> F:
     """Add ``--api``, ``--token`` and ``--json`` to a client command; it receives ``target``."""
+    return _client_options(func, with_json=True)
 
-    @click.option(
+
+def raw_client_options(func: F) -> F:
+    """Add ``--api`` and ``--token`` to a client command whose output is the job's own bytes
+    (``logs``): it has no JSON form, so it offers no ``--json``; it receives ``target``."""
+    return _client_options(func, with_json=False)
+
+
+def _client_options(func: F, *, with_json: bool) -> F:
+    def wrapper(api: str | None, token: str | None, as_json: bool = False, **kwargs: Any) -> Any:
+        return func(target=Target(api, token, as_json), **kwargs)
+
+    decorated: Any = functools.wraps(func)(wrapper)
+    if with_json:
+        decorated = click.option(
+            "--json", "as_json", is_flag=True, help="Print JSON (for scripts)."
+        )(decorated)
+    decorated = click.option(
+        "--token",
+        envvar="DISPATCH_TOKEN",
+        metavar="TOKEN",
+        help="Bearer token [env DISPATCH_TOKEN; default: the one `dispatch up` keeps].",
+    )(decorated)
+    decorated = click.option(
         "--api",
         envvar="DISPATCH_API",
         metavar="URL",
         help="The API's address [env DISPATCH_API; default: the running `dispatch up`, "
         f"else {DEFAULT_API}].",
-    )
-    @click.option(
-        "--token",
-        envvar="DISPATCH_TOKEN",
-        metavar="TOKEN",
-        help="Bearer token [env DISPATCH_TOKEN; default: the one `dispatch up` keeps].",
-    )
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON (for scripts).")
-    @functools.wraps(func)
-    def wrapper(api: str | None, token: str | None, as_json: bool, **kwargs: Any) -> Any:
-        return func(target=Target(api, token, as_json), **kwargs)
-
-    return wrapper  # type: ignore[return-value]
+    )(decorated)
+    return decorated  # type: ignore[no-any-return]
 
 
 def complete_job_ids(
@@ -708,7 +720,7 @@ def _output_location(target: Target, job: str) -> str:
 )  # fmt: skip
 @click.option("--follow", "-f", is_flag=True, help="Keep printing until the execution ends.")
 @click.option("--stderr", is_flag=True, help="Print the standard error instead.")
-@client_options
+@raw_client_options
 def logs(target: Target, job: str, execution: int | None, follow: bool, stderr: bool) -> int:
     """Print the output of a job's execution, read where the cluster keeps it (local: the
     object's files; Slurm: the job's output file; Kubeflow: the trainer node-0 pod's log) by

@@ -448,6 +448,19 @@ def test_every_command_explains_itself_with_an_example(capsys: pytest.CaptureFix
         assert f"dispatch {name}" in text.split("Example", 1)[1]
 
 
+def test_logs_offers_no_json_it_cannot_print(capsys: pytest.CaptureFixture[str]) -> None:
+    """``logs`` prints the job's own bytes; it offered ``--json`` ("Print JSON") and printed
+    the raw output anyway. The option is gone, so asking for it is a usage error."""
+    from dispatch_cli.main import main
+
+    assert main(["logs", "--help"]) == 0
+    assert "--json" not in capsys.readouterr().out
+    assert main(["logs", "some-job", "--json"]) == 2
+    assert "No such option '--json'" in capsys.readouterr().err
+    assert main(["status", "--help"]) == 0
+    assert "--json" in capsys.readouterr().out
+
+
 # ------------------------------------------------------------------------------ up
 
 
