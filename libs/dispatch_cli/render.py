@@ -35,6 +35,7 @@ from dispatch_core import (
     LaunchRecorded,
     LaunchRefused,
     LaunchUnknown,
+    NoCapacityObserved,
     NodeLossObserved,
     OutcomeCommitted,
     Plan,
@@ -391,6 +392,12 @@ def event_line(seq: int, event: JobEvent) -> str:
                 what += f" ({cause_text(event.cause)})"
         case NodeLossObserved():
             what = f"{event.ref.cluster}/{event.ref.id} on a lost node: {cause_text(event.cause)}"
+        case NoCapacityObserved():
+            obj = f"{event.ref.cluster}/{event.ref.id}"
+            if event.since is None or event.cause is None:
+                what = f"{obj} no longer waits for capacity"
+            else:
+                what = f"{obj} waits for capacity: {cause_text(event.cause)}"
         case CessationObserved():
             what = f"{event.ref.cluster}/{event.ref.id} ceased: {'yes' if event.ceased else 'no'}"
         case CancelRequested() | GaveUp() | EmergencyStopRequested():

@@ -48,6 +48,7 @@ __all__ = [
     "LaunchRecorded",
     "LaunchRefused",
     "LaunchUnknown",
+    "NoCapacityObserved",
     "NodeLossObserved",
     "OutcomeCommitted",
     "ProgressObserved",
@@ -249,6 +250,27 @@ class NodeLossObserved(Event, frozen=True, kw_only=True, tag="node-loss.observed
     restart: int
     since: UtcDatetime
     cause: Cause
+
+
+class NoCapacityObserved(Event, frozen=True, kw_only=True, tag="no-capacity.observed"):
+    """An object's no-capacity wait began or ended (docs/core-semantics.md, "No capacity").
+
+    Committed only when the wait changes, never per poll: a flicker costs two facts.
+
+    Attributes:
+        ref: the object (the current submission's, its gate open, no execution ended).
+        since: set: the wait began, the object first seen pending, gate open, with cause
+            ``no-capacity`` in the Discovery read at ``since`` (its ``seen_at``); the rule's
+            ``wait_s`` runs from it. ``None``: the wait ended, the object seen without that
+            cause (queued for another reason such as Slurm's ``Resources``, running, held);
+            a later no-capacity sighting begins a new wait with a new fact.
+        cause: the no-capacity cause the scheduler showed when the wait began (its words in
+            ``detail``); ``None`` when the wait ended.
+    """
+
+    ref: ObjectRef
+    since: UtcDatetime | None
+    cause: Cause | None = None
 
 
 class ExecutionEnded(Event, frozen=True, kw_only=True, tag="execution.ended"):
@@ -459,6 +481,7 @@ JobEvent = (
     | GateOpened
     | StopRequested
     | NodeLossObserved
+    | NoCapacityObserved
     | ExecutionEnded
     | RecoveryCommitted
     | HoldPlaced

@@ -44,6 +44,7 @@ from dispatch_core.events import (
     LaunchRecorded,
     LaunchRefused,
     LaunchUnknown,
+    NoCapacityObserved,
     NodeLossObserved,
     OutcomeCommitted,
     ProgressObserved,
@@ -655,6 +656,9 @@ def _apply(acc: _Acc, seq: int, ev: JobEvent) -> None:
         case NodeLossObserved():
             i, obj = acc.object(seq, ev.ref, "node-loss.observed")
             acc.objects[i] = replace(obj, node_loss_since=ev.since, node_loss_restart=ev.restart)
+        case NoCapacityObserved():
+            i, obj = acc.object(seq, ev.ref, "no-capacity.observed")
+            acc.objects[i] = replace(obj, no_capacity_since=ev.since)
         case LaunchRefused():
             att = acc.unresolved(seq, ev.submission, ev.attempt, "launch.refused")
             acc.set_attempt(replace(att, outcome=LaunchOutcome.REFUSED, detail=ev.detail))

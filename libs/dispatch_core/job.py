@@ -272,6 +272,9 @@ class ObjectRecord(msgspec.Struct, frozen=True, kw_only=True):
             it); ``stop-overdue:<object id>`` counts ``JobSpec.stop_overdue_s`` from it.
         stop_cause: the cause of a ``no-capacity`` stop (``StopRequested.cause``; re-asks
             keep it): a ``cancelled`` end of the object stopped for it is recorded with it.
+        no_capacity_since: when its current no-capacity wait began (``NoCapacityObserved``:
+            first seen pending, gate open, with cause ``no-capacity``); ``None`` when no
+            wait runs (never seen so, or seen since without it).
     """
 
     ref: ObjectRef
@@ -290,6 +293,7 @@ class ObjectRecord(msgspec.Struct, frozen=True, kw_only=True):
     duplicate: bool = False
     first_stop_requested_at: UtcDatetime | None = None
     stop_cause: Cause | None = None
+    no_capacity_since: UtcDatetime | None = None
 
 
 class Recovery(msgspec.Struct, frozen=True, kw_only=True):

@@ -55,6 +55,7 @@ from dispatch_core.events import (
     LaunchIntended,
     LaunchRecorded,
     LaunchUnknown,
+    NoCapacityObserved,
     NodeLossObserved,
     OutcomeCommitted,
     ProgressObserved,
@@ -922,36 +923,64 @@ def _fence(p: _Pass) -> None:
 
 
 def _no_capacity(p: _Pass) -> None:
-    """Stop the current submission's object once its no-capacity wait passed the rule's
-    ``wait_s`` (docs/core-semantics.md, "No capacity").
+    """Stop the current submission's object once it waited the rule's ``wait_s`` without
+    capacity, without a break (docs/core-semantics.md, "No capacity").
 
     Issue 14, part 2: a rule may name ``no-capacity`` (and fail over to another cluster on
     it); a backend reports a waiting object's reason as ``ObservedObject.cause`` ``no-capacity``
-    (phase ``pending``). The wait counts from when dispatch opened the object's gate
-    (``ObjectRecord.gate_opened_at``: the record's time, no clock needed): an object whose
-    gate dispatch still holds is not waiting for capacity, it waits for dispatch. Once
-    ``now`` reaches ``gate_opened_at + wait_s`` and the scheduler still shows it pending, gate
-    open, with a no-capacity cause, it is stopped (why ``no-capacity``, with that cause);
-    the rule is applied when the scheduler confirms the end (:func:`_stopped_end`), never
-    before, so the object can't start running beside the next submission. Before that, the
-    deadline is a wake. Only an object that never ran under the record (no execution of it
-    recorded ended) is counted; a job under a hold, or with an outcome, is left alone; with no
-    rule covering ``no-capacity`` the object waits as the scheduler decides.
+    (phase ``pending``). Like the node-loss fence (:func:`_fence`), the wait runs from the
+    first sighting, kept in the record: the first pass that sees the object pending, gate
+    open, with a no-capacity cause commits ``NoCapacityObserved(since=discovery.seen_at)``;
+    a pass that sees it otherwise (queued on another reason, running, held) while a wait
+    runs commits ``NoCapacityObserved(since=None)``, ending it, and a later sighting begins
+    a new one. So a job that queued on ``Resources`` for longer than ``wait_s`` and shows
+    ``ReqNodeNotAvail`` for one poll (Slurm's backfill does, briefly, on healthy clusters:
+    reframe#1049) is not stopped: its wait began at that poll. Once ``now`` reaches
+    ``since + wait_s`` and the scheduler still shows it so, it is stopped (why
+    ``no-capacity``, with that cause); the rule is applied when the scheduler confirms the
+    end (:func:`_stopped_end`), never before, so the object can't start running beside the
+    next submission. Before that, the deadline is a wake. Only an object that never ran under
+    the record (no execution of it recorded ended), its gate opened by dispatch, is counted;
+    with no rule covering ``no-capacity`` nothing is recorded and the object waits as the
+    scheduler decides. Sightings are recorded whatever holds the job, so the wait a stop
+    reads is one of unbroken sightings; a job under a hold, or with an outcome, is not
+    stopped.
     """
     primary = p.primary()
-    if primary is None or p.discovery is None or not p.decidable() or p.job.hold is not None:
+    if primary is None or p.discovery is None or p.job.outcome is not None:
         return
-    since = primary.gate_opened_at
-    if since is None or primary.ended or primary.stop_requested_at is not None:
-        return
-    obs = p.own.get(primary.ref)
-    if obs is None or obs.phase is not ObjectPhase.PENDING or obs.gate is not GateState.OPEN:
-        return
-    cause = obs.cause
-    if cause is None or cause.kind is not CauseKind.NO_CAPACITY:
+    if primary.gate_opened_at is None or primary.ended or primary.stop_requested_at is not None:
         return
     rule = p.job.plan.rule_for(CauseKind.NO_CAPACITY)
-    if rule is None:
+    obs = p.own.get(primary.ref)
+    if rule is None or obs is None:
+        return  # not seen: nothing to say of the wait either way
+    cause = obs.cause
+    waiting = (
+        obs.phase is ObjectPhase.PENDING
+        and obs.gate is GateState.OPEN
+        and cause is not None
+        and cause.kind is CauseKind.NO_CAPACITY
+    )
+    since = primary.no_capacity_since
+    if not waiting or cause is None:
+        if since is not None:  # the wait is broken: a later no-capacity starts a new one
+            p.commit(
+                "no-capacity",
+                f"{primary.ref}@{_iso(since)}:ended",
+                NoCapacityObserved(job_id=p.job.job_id, at=p.now, ref=primary.ref, since=None),
+            )
+        return
+    if since is None:
+        since = p.discovery.seen_at
+        p.commit(
+            "no-capacity",
+            f"{primary.ref}@{_iso(since)}",
+            NoCapacityObserved(
+                job_id=p.job.job_id, at=p.now, ref=primary.ref, since=since, cause=cause
+            ),
+        )
+    if not p.decidable() or p.job.hold is not None:
         return
     end = since + timedelta(seconds=planned_wait_s(rule))
     if p.now < end:

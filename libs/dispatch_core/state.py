@@ -481,8 +481,9 @@ class RecoveryRule(msgspec.Struct, frozen=True, kw_only=True):
             last stays on the last). Empty: the next submission stays on the current
             cluster. See ``dispatch_core.failover``.
         wait_s: for a rule covering ``no-capacity``, seconds a no-capacity wait is tolerated:
-            once the current submission's object has waited that long since dispatch opened
-            its gate, and the scheduler still says it is pending for want of capacity, the
+            once every pass for that long has seen the current submission's object pending,
+            gate open, for want of capacity (counted from the first such sighting; one
+            showing it otherwise, e.g. queued on ``Resources``, ends the wait), the
             supervisor stops it and applies this rule to the ending ``no-capacity``.
             ``None``: ``NO_CAPACITY_WAIT_S`` (600 s). Only legal on a rule covering
             ``no-capacity``. See docs/core-semantics.md, "No capacity".

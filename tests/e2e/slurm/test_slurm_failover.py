@@ -19,9 +19,10 @@ comments) and finishes, instead of the job failing ``refused:1``.
 
 A third: every node is down BEFORE the job is submitted, so Slurm never gives it capacity:
 it pends (``Nodes required for job are DOWN, DRAINED ...``), which the Slurm backend reports
-as cause ``no-capacity``. The rule covers ``no-capacity`` with ``wait_s = 15``: 15 s after
-dispatch opened its gate, dispatch cancels it, records submission 1's end as ``no-capacity``
-(Slurm's words), and submission 2 runs on the local cluster and finishes.
+as cause ``no-capacity``. The rule covers ``no-capacity`` with ``wait_s = 15``: 15 s after the
+supervisor first saw it so (a ``no-capacity.observed`` fact in the record), dispatch cancels
+it, records submission 1's end as ``no-capacity`` (Slurm's words), and submission 2 runs on
+the local cluster and finishes.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from dispatch_core import (
     Job,
     JobSpec,
     LaunchRefused,
+    NoCapacityObserved,
     ProgressObserved,
     RecoveryPolicy,
     RecoveryRule,
@@ -357,7 +359,16 @@ async def test_a_job_slurm_has_no_capacity_for_is_cancelled_and_runs_on_the_loca
     events = await srt.events(job_id)
     (stop,) = [e for e in events if isinstance(e, StopRequested) and e.why == "no-capacity"]
     assert stop.ref == ref1
-    assert stop.at - record1.gate_opened_at >= timedelta(seconds=NO_CAPACITY_WAIT_S)
+    # the wait ran from the first no-capacity sighting, a fact in the record, not from the
+    # gate's opening; the stop came wait_s after it
+    waits = [e for e in events if isinstance(e, NoCapacityObserved) and e.ref == ref1]
+    assert waits, events
+    began = waits[-1]
+    assert began.since is not None, waits
+    assert began.cause is not None
+    assert began.cause.kind is CauseKind.NO_CAPACITY, began
+    assert began.since >= record1.gate_opened_at, (began, record1)
+    assert stop.at - began.since >= timedelta(seconds=NO_CAPACITY_WAIT_S), (stop, began)
     endings = [e for e in events if isinstance(e, ExecutionEnded)]
     assert [(e.submission, e.ref.cluster, e.cause.kind) for e in endings] == [
         (1, CLUSTER, CauseKind.NO_CAPACITY),

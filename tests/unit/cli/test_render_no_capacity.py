@@ -18,7 +18,7 @@ from dispatch_core import (
     RecoveryRule,
     make_plan,
 )
-from dispatch_core.events import StopRequested, StopWhy
+from dispatch_core.events import NoCapacityObserved, StopRequested, StopWhy
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -58,3 +58,20 @@ def test_a_no_capacity_stop_reads_with_the_schedulers_words() -> None:
     line = event_line(9, stop)
     assert "stop of lab/41: no-capacity (no-capacity:" in line, line
     assert words in line, line
+
+
+def test_a_wait_beginning_and_ending_reads_in_the_events() -> None:
+    words = "PENDING (ReqNodeNotAvail, UnavailableNodes:node[1-3])"
+    ref = ObjectRef(cluster="lab", id="41")
+    began = NoCapacityObserved(
+        job_id="j",
+        at=T0,
+        ref=ref,
+        since=T0,
+        cause=Cause(kind=CauseKind.NO_CAPACITY, provenance=Provenance.SCHEDULER, detail=words),
+    )
+    line = event_line(7, began)
+    assert "lab/41 waits for capacity: no-capacity" in line, line
+    assert words in line, line
+    ended = NoCapacityObserved(job_id="j", at=T0, ref=ref, since=None)
+    assert "lab/41 no longer waits for capacity" in event_line(8, ended)

@@ -72,6 +72,7 @@ from dispatch_core import (
     LaunchRefused,
     LaunchUnknown,
     Level,
+    NoCapacityObserved,
     NodeLossObserved,
     ObjectPhase,
     ObjectRecord,
@@ -282,6 +283,9 @@ _EVENT_STRATEGIES: Final[dict[type[Any], st.SearchStrategy[Any]]] = {
         attempt=st.none() | counts,
     ),
     NodeLossObserved: _event(NodeLossObserved, ref=refs, restart=small, since=times, cause=causes),
+    NoCapacityObserved: _event(
+        NoCapacityObserved, ref=refs, since=st.none() | times, cause=st.none() | causes
+    ),
     ExecutionEnded: _event(
         ExecutionEnded,
         ref=refs,

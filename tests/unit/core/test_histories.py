@@ -25,6 +25,7 @@ from dispatch_core import (
     GateState,
     Job,
     JobEvent,
+    NoCapacityObserved,
     ObjectPhase,
     ObjectRef,
     ObservedObject,
@@ -239,6 +240,17 @@ GOLDEN: dict[str, Expected] = {
         ),
         settled=True,
     ),
+    "no-capacity-flicker-then-failover.jsonl": Expected(
+        state=State.SUCCEEDED,
+        cause=CauseKind.NONE,
+        submission=2,
+        history=((State.RECOVERING, CauseKind.NO_CAPACITY), (State.SUCCEEDED, CauseKind.NONE)),
+        objects=(
+            _obj("c1", "100", 1, ObjectPhase.ENDED, kind=CauseKind.CANCELLED),
+            _obj("c2", "101", 2, ObjectPhase.ENDED, kind=CauseKind.NONE),
+        ),
+        settled=True,
+    ),
 }
 
 
@@ -267,6 +279,26 @@ def test_progress_golden_record_keeps_its_budget_arithmetic() -> None:
         True,
         2,
     )
+
+
+def test_no_capacity_golden_record_keeps_each_wait() -> None:
+    """Issue 14, part 2: a no-capacity wait that a Resources sighting broke (two
+    ``no-capacity.observed`` facts: begun, ended), then one that lasted ``wait_s``: its
+    object was stopped and its end recorded ``no-capacity``; submission 2 ran on ``c2``."""
+    record = _read("no-capacity-flicker-then-failover.jsonl")
+    waits = [ev.since for _, ev in record if isinstance(ev, NoCapacityObserved)]
+    assert waits == [
+        datetime(2026, 1, 1, 0, 4, 32, tzinfo=UTC),
+        None,
+        datetime(2026, 1, 1, 0, 5, 32, tzinfo=UTC),
+    ]
+    job = fold(written(record), NOW)
+    first = job.object(ObjectRef(cluster="c1", id="100"))
+    assert first is not None
+    assert first.no_capacity_since == waits[-1]
+    assert first.stop_why == "no-capacity"
+    assert [s.cluster for s in job.submissions] == [None, "c2"]
+    assert [r.cause.kind for r in job.recoveries] == [CauseKind.NO_CAPACITY]
 
 
 def test_every_golden_file_has_an_expected_status() -> None:

@@ -3,10 +3,12 @@ a rule naming ``no-capacity`` fails over to the next cluster).
 
 A backend shows a pending object whose scheduler says the capacity it asks for is missing
 with cause ``no-capacity``. A rule covering ``no-capacity`` tolerates that wait for its
-``wait_s``, counted from when dispatch opened the object's gate; then the pass stops the
-object (why ``no-capacity``), and once the scheduler shows it cancelled, its end is recorded
-as ``no-capacity`` (the scheduler's words) and the rule applies: resubmit, on the next
-cluster of its failover list.
+``wait_s`` of unbroken no-capacity sightings, counted from the first (a
+``no-capacity.observed`` fact, like the node-loss fence's); then the pass stops the object
+(why ``no-capacity``), and once the scheduler shows it cancelled, its end is recorded as
+``no-capacity`` (the scheduler's words) and the rule applies: resubmit, on the next cluster
+of its failover list. A sighting without that cause (queued on ``Resources``, running) ends
+the wait, so a reason that flickers on a healthy cluster (reframe#1049) stops nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatch_core import (
+    Cause,
     CauseKind,
     Declarations,
     InvalidPolicy,
@@ -34,15 +37,18 @@ from dispatch_core.commands import Cancel
 from dispatch_core.constants import NO_CAPACITY_WAIT_S
 from dispatch_core.events import (
     ExecutionEnded,
+    NoCapacityObserved,
     ProgressObserved,
     RecoveryCommitted,
     StopRequested,
     StopWhy,
     SubmissionOpened,
 )
+from dispatch_core.fold import fold
 from dispatch_core.job import Status
-from dispatch_core.state import Cause, GateState, ObjectPhase, ObservedObject, PlannedRule
-from dispatch_core.steps import Launch, Stop
+from dispatch_core.plan import next_steps
+from dispatch_core.state import GateState, ObjectPhase, ObservedObject, PlannedRule
+from dispatch_core.steps import Launch, Pass, Stop
 from tests.unit.core.helpers import (
     ALICE,
     CLUSTER,
@@ -53,6 +59,7 @@ from tests.unit.core.helpers import (
     rule,
     start,
 )
+from tests.util import written
 
 OTHER = "c2"
 WAIT_S = 120.0
@@ -75,20 +82,40 @@ def _sim(wait_s: float | None = WAIT_S, *, clusters: tuple[str, ...] = (CLUSTER,
 
 def _waiting(sim: Sim) -> ObservedObject:
     """Submission 1 launched and its gate opened; the scheduler then shows it pending, gate
-    open, for want of capacity."""
+    open, for want of capacity, and a pass sees it so (the wait's first sighting)."""
     obj = start(sim)
-    return sim.update(obj.ref, phase=ObjectPhase.PENDING, cause=NO_CAPACITY)
+    obj = sim.update(obj.ref, phase=ObjectPhase.PENDING, cause=NO_CAPACITY)
+    sim.step()
+    return obj
 
 
-def _gate_opened(sim: Sim, obj: ObservedObject) -> datetime:
+def _since(sim: Sim, obj: ObservedObject) -> datetime | None:
     record = sim.job.object(obj.ref)
     assert record is not None
-    assert record.gate_opened_at is not None
-    return record.gate_opened_at
+    return record.no_capacity_since
+
+
+def _first_seen(sim: Sim, obj: ObservedObject) -> datetime:
+    since = _since(sim, obj)
+    assert since is not None
+    return since
+
+
+def _queued(sim: Sim, obj: ObservedObject) -> None:
+    """The scheduler shows it pending for an ordinary reason (Slurm's Resources, Priority)."""
+    sim.update(obj.ref, phase=ObjectPhase.PENDING, cause=None)
+
+
+def _no_capacity(sim: Sim, obj: ObservedObject) -> None:
+    sim.update(obj.ref, phase=ObjectPhase.PENDING, cause=NO_CAPACITY)
 
 
 def _no_capacity_stops(sim: Sim) -> list[Stop]:
-    return [s for s in actions(sim.passes[-1], Stop) if s.intent.why is StopWhy.NO_CAPACITY]
+    return _no_capacity_stops_of(sim.passes[-1])
+
+
+def _no_capacity_stops_of(p: Pass) -> list[Stop]:
+    return [s for s in actions(p, Stop) if s.intent.why is StopWhy.NO_CAPACITY]
 
 
 def _status(sim: Sim) -> Status:
@@ -107,7 +134,7 @@ def _status(sim: Sim) -> Status:
 def test_the_wait_fires_exactly_at_wait_s_never_before(wait_s: int, early: int) -> None:
     sim = _sim(float(wait_s))
     obj = _waiting(sim)
-    due = _gate_opened(sim, obj) + timedelta(seconds=wait_s)
+    due = _first_seen(sim, obj) + timedelta(seconds=wait_s)
     sim.now = max(sim.now, due - timedelta(seconds=min(early, wait_s)))
     if sim.now < due:
         p = sim.step()
@@ -123,6 +150,112 @@ def test_the_wait_fires_exactly_at_wait_s_never_before(wait_s: int, early: int) 
     # Stopped, not yet ended: the rule applies once the scheduler confirms the end.
     assert committed(p, ExecutionEnded) == []
     assert committed(p, SubmissionOpened) == []
+
+
+def test_the_first_sighting_is_recorded_once_with_the_discoverys_time() -> None:
+    sim = _sim()
+    obj = start(sim)
+    _no_capacity(sim, obj)
+    sim.seen_at = sim.now - timedelta(seconds=3)  # the Discovery was read a little earlier
+    p = sim.step()
+    (seen,) = committed(p, NoCapacityObserved)
+    assert (seen.ref, seen.since, seen.cause) == (obj.ref, sim.seen_at, NO_CAPACITY)
+    assert p.wake_at == sim.seen_at + timedelta(seconds=WAIT_S)
+    first = sim.seen_at
+    for _ in range(5):  # later polls that still show it: no fact each poll
+        sim.tick(10)
+        sim.seen_at = sim.now
+        assert committed(sim.step(), NoCapacityObserved) == []
+    assert _since(sim, obj) == first
+
+
+def test_a_flicker_after_a_long_normal_queue_never_stops_the_job() -> None:
+    """reframe#1049: a job queued on Resources far longer than wait_s shows ReqNodeNotAvail
+    for one poll, then Resources again, then starts. The wait began at that poll: nothing
+    is stopped, and the flicker leaves two facts, not one per poll."""
+    sim = _sim()
+    obj = start(sim)
+    _queued(sim, obj)
+    for _ in range(10):  # queued normally for 10 x wait_s
+        sim.tick(WAIT_S)
+        assert actions(sim.step(), Stop) == []
+    assert _since(sim, obj) is None
+    _no_capacity(sim, obj)
+    sim.tick(30)
+    p = sim.step()
+    assert actions(p, Stop) == []
+    (began,) = committed(p, NoCapacityObserved)
+    assert began.since == sim.now
+    assert p.wake_at == sim.now + timedelta(seconds=WAIT_S)
+    _queued(sim, obj)
+    sim.tick(30)
+    p = sim.step()
+    assert actions(p, Stop) == []
+    (ended,) = committed(p, NoCapacityObserved)
+    assert (ended.since, ended.cause) == (None, None)
+    assert _since(sim, obj) is None
+    sim.tick(WAIT_S * 10)
+    assert actions(sim.step(), Stop) == []
+    sim.update(obj.ref, phase=ObjectPhase.RUNNING)
+    sim.tick(WAIT_S * 10)
+    p = sim.step()
+    assert actions(p, Stop) == []
+    assert committed(p, NoCapacityObserved) == []
+    assert _status(sim).state is State.RUNNING
+    assert sum(isinstance(e, NoCapacityObserved) for _, e in sim.record.events) == 2
+
+
+def test_a_wait_broken_by_a_resources_sighting_starts_again() -> None:
+    sim = _sim()
+    obj = _waiting(sim)
+    sim.tick(WAIT_S - 1)
+    _queued(sim, obj)
+    sim.step()  # one poll on Resources, a second before the wait would have fired
+    assert _since(sim, obj) is None
+    sim.tick(1)
+    _no_capacity(sim, obj)
+    assert _no_capacity_stops_of(sim.step()) == []
+    again = _first_seen(sim, obj)
+    assert again == sim.now  # a new wait, from this sighting
+    sim.now = again + timedelta(seconds=WAIT_S - 1)
+    p = sim.step()
+    assert _no_capacity_stops_of(p) == []
+    assert p.wake_at == again + timedelta(seconds=WAIT_S)
+    sim.now = again + timedelta(seconds=WAIT_S)
+    (stop,) = _no_capacity_stops_of(sim.step())
+    assert stop.ref == obj.ref
+
+
+def test_a_running_sighting_ends_the_wait() -> None:
+    sim = _sim()
+    obj = _waiting(sim)
+    sim.update(obj.ref, phase=ObjectPhase.RUNNING, cause=None)
+    sim.tick(1)
+    (ended,) = committed(sim.step(), NoCapacityObserved)
+    assert ended.since is None
+
+
+def test_a_supervisor_restart_mid_wait_keeps_the_since_from_the_record() -> None:
+    """The wait's start is a fact in the record: a supervisor that starts afresh (the record
+    encoded, decoded and folded, nothing else) neither restarts nor forgets the wait."""
+    sim = _sim()
+    obj = _waiting(sim)
+    since = _first_seen(sim, obj)
+    sim.tick(WAIT_S / 2)
+    sim.step()
+    reread = [(seq, decode_event(msgspec.json.encode(ev))) for seq, ev in sim.record.events]
+    due = since + timedelta(seconds=WAIT_S)
+
+    def fresh(now: datetime) -> Pass:
+        job = fold(written(reread), now)
+        return next_steps(job, sim.discovery(), sim.declarations, now)
+
+    early = fresh(due - timedelta(seconds=1))
+    assert committed(early, NoCapacityObserved) == []  # the wait isn't begun again
+    assert _no_capacity_stops_of(early) == []
+    assert early.wake_at == due
+    (stop,) = _no_capacity_stops_of(fresh(due))
+    assert stop.ref == obj.ref
 
 
 def test_the_status_shows_the_wait_with_the_schedulers_words() -> None:
@@ -178,14 +311,17 @@ def test_without_a_rule_covering_no_capacity_the_object_waits() -> None:
     obj = start(sim)
     sim.update(obj.ref, phase=ObjectPhase.PENDING, cause=NO_CAPACITY)
     sim.tick(NO_CAPACITY_WAIT_S * 100)
-    assert actions(sim.step(), Stop) == []
+    p = sim.step()
+    assert actions(p, Stop) == []
     assert _status(sim).cause == NO_CAPACITY
+    # Nothing is recorded of a wait no rule reads.
+    assert not any(isinstance(e, NoCapacityObserved) for _, e in sim.record.events)
 
 
 def test_the_default_wait_is_ten_minutes() -> None:
     sim = _sim(None)
     obj = _waiting(sim)
-    due = _gate_opened(sim, obj) + timedelta(seconds=NO_CAPACITY_WAIT_S)
+    due = _first_seen(sim, obj) + timedelta(seconds=NO_CAPACITY_WAIT_S)
     sim.now = due - timedelta(seconds=1)
     assert sim.step().wake_at == due
     sim.now = due
