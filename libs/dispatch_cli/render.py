@@ -391,7 +391,11 @@ def event_line(seq: int, event: JobEvent) -> str:
             if event.cause is not None:  # a no-capacity stop: what the scheduler said
                 what += f" ({cause_text(event.cause)})"
         case NodeLossObserved():
-            what = f"{event.ref.cluster}/{event.ref.id} on a lost node: {cause_text(event.cause)}"
+            obj = f"{event.ref.cluster}/{event.ref.id}"
+            if event.since is None or event.cause is None:
+                what = f"{obj} node back: no longer on a lost node"
+            else:
+                what = f"{obj} on a lost node: {cause_text(event.cause)}"
         case NoCapacityObserved():
             obj = f"{event.ref.cluster}/{event.ref.id}"
             if event.since is None or event.cause is None:

@@ -243,13 +243,30 @@ class StopRequested(Event, frozen=True, kw_only=True, tag="stop.requested"):
 
 
 class NodeLossObserved(Event, frozen=True, kw_only=True, tag="node-loss.observed"):
-    """An object was first seen running with cause node-lost; the node-loss window runs from
-    ``since`` (seed 000, "The node-loss fence")."""
+    """An object's node-loss window began or ended (seed 000, "The node-loss fence": "how
+    long an object may report running with cause node-lost").
+
+    Committed only when the window changes, never per poll: a node that flaps costs two
+    facts per loss.
+
+    Attributes:
+        ref: the object.
+        restart: the execution (restart count R) on the lost node; the window is per
+            execution.
+        since: set: the window began, the object first seen running with cause node-lost
+            (the scheduler's ``cause.at``, else the Discovery's ``seen_at``); the fence
+            comes ``node_loss_window_s`` after it. ``None``: the window ended, the object
+            seen running without node-lost (its node came back); a later node-lost sighting
+            begins a new window with a new fact. Records written before the ending fact
+            existed always carry a time.
+        cause: the node-lost cause the scheduler showed when the window began; ``None``
+            when it ended.
+    """
 
     ref: ObjectRef
     restart: int
-    since: UtcDatetime
-    cause: Cause
+    since: UtcDatetime | None
+    cause: Cause | None = None
 
 
 class NoCapacityObserved(Event, frozen=True, kw_only=True, tag="no-capacity.observed"):

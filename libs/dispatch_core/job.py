@@ -260,8 +260,10 @@ class ObjectRecord(msgspec.Struct, frozen=True, kw_only=True):
         gate_opened_at: when dispatch opened its gate.
         stop_requested_at: the last time dispatch asked for it to stop, and ``stop_why``.
         emergency_stop_at: the last emergency stop of it.
-        node_loss_since: when it was first seen running with cause node-lost, with
-            ``node_loss_restart`` the execution that was on the lost node.
+        node_loss_since: when its current node-loss window began (``NodeLossObserved``:
+            first seen running with cause node-lost), with ``node_loss_restart`` the
+            execution that was on the lost node; ``None`` when no window is open (never seen
+            so, or seen running since without node-lost).
         ended: the restart counts R of its executions recorded as ended.
         fenced: whether an execution was ended by the node-loss fence.
         cessation_asked_at: the last cessation answer's time; ``ceased`` the answer.

@@ -871,19 +871,39 @@ def _fence(p: _Pass) -> None:
 
     Seed 000, "The node-loss fence": "Inside the window the job is running with cause
     node-lost ... Past it, Next asks for the object to be stopped, then applies the plan for
-    node-lost." The window (``declarations.node_loss_window_s``) runs from when the node
-    loss was first seen (``NodeLossObserved``); ``wake_at`` includes its end.
+    node-lost." The window (``declarations.node_loss_window_s``) counts unbroken node-lost
+    sightings of one execution: the first pass that sees the current object running with
+    cause node-lost commits ``NodeLossObserved(since=cause.at or discovery.seen_at)``; a pass
+    that sees it running without node-lost (its node came back) while a window is open
+    commits ``NodeLossObserved(since=None)``, ending it, and a later node-lost sighting begins
+    a new window. Facts only on a change, never per poll. ``wake_at`` includes the window's
+    end. A node lost at 0, back at 10 and lost again at 500 is fenced at 500 + window, not at
+    the window after 0.
     """
     primary = p.primary()
     if primary is None or p.job.outcome is not None or p.discovery is None:
         return
     obs = p.own.get(primary.ref)
-    if obs is None or obs.phase not in _RUNNING or obs.cause is None:
-        return
-    cause = obs.cause
-    if cause.kind is not CauseKind.NODE_LOST or obs.restarts in primary.ended:
+    if obs is None or obs.restarts in primary.ended:
         return
     since = primary.node_loss_since
+    cause = obs.cause
+    if obs.phase not in _RUNNING or cause is None or cause.kind is not CauseKind.NODE_LOST:
+        if since is not None and obs.phase is ObjectPhase.RUNNING:
+            # The node is back: the window is broken; a later loss starts a new one.
+            restart = primary.node_loss_restart
+            p.commit(
+                "node-loss",
+                f"{primary.ref}/{restart}@{_iso(since)}:ended",
+                NodeLossObserved(
+                    job_id=p.job.job_id,
+                    at=p.now,
+                    ref=primary.ref,
+                    restart=obs.restarts if restart is None else restart,
+                    since=None,
+                ),
+            )
+        return
     # The window runs from the first sight of the loss on this execution; a scheduler whose
     # condition time moves on each poll must not push the fence away for ever.
     if since is None or primary.node_loss_restart != obs.restarts:

@@ -282,7 +282,9 @@ _EVENT_STRATEGIES: Final[dict[type[Any], st.SearchStrategy[Any]]] = {
         submission=st.none() | counts,
         attempt=st.none() | counts,
     ),
-    NodeLossObserved: _event(NodeLossObserved, ref=refs, restart=small, since=times, cause=causes),
+    NodeLossObserved: _event(
+        NodeLossObserved, ref=refs, restart=small, since=st.none() | times, cause=st.none() | causes
+    ),
     NoCapacityObserved: _event(
         NoCapacityObserved, ref=refs, since=st.none() | times, cause=st.none() | causes
     ),

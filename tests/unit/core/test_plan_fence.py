@@ -5,18 +5,24 @@ One test per rule of the seed, named after it; each docstring quotes the sentenc
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+import msgspec
+
+from dispatch_core import decode_event
 from dispatch_core.events import (
     ExecutionEnded,
     NodeLossObserved,
     RecoveryCommitted,
     SubmissionOpened,
 )
+from dispatch_core.fold import fold
 from dispatch_core.job import Status
+from dispatch_core.plan import next_steps
 from dispatch_core.state import CauseKind, Declarations, GateState, ObjectPhase, State
-from dispatch_core.steps import Launch, OpenGate, Stop
+from dispatch_core.steps import Launch, OpenGate, Pass, Stop
 from tests.unit.core.helpers import Sim, actions, cause, committed, rule, start
+from tests.util import written
 
 WINDOW_S = 300.0
 
@@ -175,3 +181,167 @@ def test_fenced_object_still_alive_is_asked_to_stop_again() -> None:
     assert isinstance(repeat, Stop)
     assert (repeat.ref, repeat.intent.why) == (old.ref, "fence")
     assert repeat.key != stop.key  # a new decision, not deduplicated as the first one
+
+
+# -- the window counts unbroken node-lost sightings ----------------------------------------
+
+
+def _fence_stops(p: Pass) -> list[Stop]:
+    return [s for s in actions(p, Stop) if isinstance(s, Stop) and s.intent.why == "fence"]
+
+
+def _lose(sim: Sim, obj_ref: object, detail: str = "NotReady") -> None:
+    """The scheduler shows the object running with cause node-lost, lost now."""
+    sim.update(obj_ref, phase=ObjectPhase.RUNNING, cause=cause(CauseKind.NODE_LOST, detail))
+
+
+def _back(sim: Sim, obj_ref: object) -> None:
+    """The node came back: the object shows running without a cause."""
+    sim.update(obj_ref, phase=ObjectPhase.RUNNING, cause=None)
+
+
+def test_a_node_back_ends_the_window_with_one_fact_not_one_per_poll() -> None:
+    """Seed 000: the window is "how long an object may report running with cause
+    node-lost": a sighting running without node-lost ends it, with one
+    ``NodeLossObserved(since=None)``; further polls of the healthy object commit nothing."""
+    sim = _sim()
+    obj = start(sim)
+    _lose(sim, obj.ref)
+    (begun,) = committed(sim.step(), NodeLossObserved)
+    assert isinstance(begun, NodeLossObserved)
+    assert begun.since is not None
+    sim.tick(10)
+    _back(sim, obj.ref)
+
+    p = sim.step()
+
+    (ended,) = committed(p, NodeLossObserved)
+    assert isinstance(ended, NodeLossObserved)
+    assert (ended.ref, ended.restart, ended.since, ended.cause) == (obj.ref, 0, None, None)
+    record = sim.job.object(obj.ref)
+    assert record is not None
+    assert record.node_loss_since is None
+    assert p.wake_at is None or p.wake_at != begun.since + timedelta(seconds=WINDOW_S)
+    status = _status(sim)
+    assert status.state is State.RUNNING
+    assert status.cause is None or status.cause.kind is not CauseKind.NODE_LOST
+    for _ in range(5):
+        sim.tick(WINDOW_S)
+        p = sim.step()
+        assert committed(p, NodeLossObserved) == []
+        assert _fence_stops(p) == []
+
+
+def test_a_node_lost_again_after_coming_back_gets_a_new_window() -> None:
+    """The bug of seed 000's fence: a node lost at 0, back at 10 and lost again at 500 was
+    fenced at the window after 0, after only window - 500 s of loss. The second loss begins
+    a new window: no fence before 500 + window, the fence at it."""
+    window = 600.0
+    sim = Sim(
+        rule(CauseKind.NODE_LOST, budget=2),
+        declarations=Declarations(node_loss_window_s=window),
+    )
+    obj = start(sim)
+    t0 = sim.now
+    _lose(sim, obj.ref)
+    sim.step()
+    sim.tick(10)
+    _back(sim, obj.ref)
+    sim.step()
+    sim.tick(490)
+    _lose(sim, obj.ref, "NotReady again")
+
+    p = sim.step()
+
+    (again,) = committed(p, NodeLossObserved)
+    assert isinstance(again, NodeLossObserved)
+    assert again.since == t0 + timedelta(seconds=500)
+    assert p.wake_at == t0 + timedelta(seconds=500 + window)
+    for _ in range(3):  # past 0 + window, still inside the second window: no fence
+        sim.tick(50)
+        p = sim.step()
+        assert _fence_stops(p) == []
+        assert committed(p, ExecutionEnded) == []
+    sim.now = t0 + timedelta(seconds=500 + window - 1)
+    assert _fence_stops(sim.step()) == []
+    sim.tick(1)
+    p = sim.step()
+    (stop,) = _fence_stops(p)
+    assert stop.ref == obj.ref
+    (ended,) = committed(p, ExecutionEnded)
+    assert isinstance(ended, ExecutionEnded)
+    assert ended.fenced
+
+
+def test_a_flapping_node_is_never_fenced_before_a_window_of_unbroken_loss() -> None:
+    """A node that flaps (lost, back, lost, ...) for many windows is never fenced: no run of
+    node-lost sightings lasts the window. Each flap costs two facts."""
+    sim = _sim()
+    obj = start(sim)
+    facts: list[NodeLossObserved] = []
+    for _ in range(10):
+        _lose(sim, obj.ref)
+        p = sim.step()
+        assert _fence_stops(p) == []
+        facts += [e for e in committed(p, NodeLossObserved) if isinstance(e, NodeLossObserved)]
+        sim.tick(WINDOW_S - 1)
+        p = sim.step()
+        assert _fence_stops(p) == []
+        _back(sim, obj.ref)
+        sim.tick(1)
+        p = sim.step()
+        assert _fence_stops(p) == []
+        facts += [e for e in committed(p, NodeLossObserved) if isinstance(e, NodeLossObserved)]
+    assert sim.job.outcome is None
+    assert [f.since is None for f in facts] == [False, True] * 10
+    assert sim.job.recoveries == ()
+
+
+def test_a_supervisor_restart_mid_window_keeps_the_since_from_the_record() -> None:
+    """The window's start is a fact in the record: a supervisor that starts afresh (the
+    record encoded, decoded and folded, nothing else) neither restarts nor forgets it, and
+    an ended window read back stays ended."""
+    sim = _sim()
+    obj = start(sim)
+    _lose(sim, obj.ref)
+    sim.step()
+    sim.tick(10)
+    _back(sim, obj.ref)
+    sim.step()
+    sim.tick(100)
+    _lose(sim, obj.ref)
+    (begun,) = committed(sim.step(), NodeLossObserved)
+    assert isinstance(begun, NodeLossObserved)
+    assert begun.since is not None
+    sim.tick(WINDOW_S / 2)
+    sim.step()
+    reread = [(seq, decode_event(msgspec.json.encode(ev))) for seq, ev in sim.record.events]
+    due = begun.since + timedelta(seconds=WINDOW_S)
+
+    def fresh(now: datetime) -> Pass:
+        job = fold(written(reread), now)
+        return next_steps(job, sim.discovery(), sim.declarations, now)
+
+    early = fresh(due - timedelta(seconds=1))
+    assert committed(early, NodeLossObserved) == []  # the window isn't begun again
+    assert _fence_stops(early) == []
+    assert early.wake_at == due
+    (stop,) = _fence_stops(fresh(due))
+    assert stop.ref == obj.ref
+
+
+def test_an_old_node_loss_observed_decodes_with_its_since() -> None:
+    """Records written before the ending fact existed always carry ``since`` and ``cause``:
+    they decode unchanged."""
+    raw = (
+        b'{"type":"node-loss.observed","job_id":"j1","at":"2026-03-02T09:01:00Z",'
+        b'"ref":{"cluster":"c1","id":"5"},"restart":0,"since":"2026-03-02T09:00:00Z",'
+        b'"cause":{"kind":"node-lost","provenance":"scheduler","actor":null,'
+        b'"detail":"NotReady","exit_code":null,"at":"2026-03-02T09:00:00Z"}}'
+    )
+    event = decode_event(raw)
+    assert isinstance(event, NodeLossObserved)
+    assert event.since is not None
+    assert event.since.isoformat() == "2026-03-02T09:00:00+00:00"
+    assert event.cause is not None
+    assert event.cause.kind is CauseKind.NODE_LOST
