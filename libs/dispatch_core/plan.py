@@ -874,9 +874,9 @@ def _fence(p: _Pass) -> None:
     node-lost." The window (``declarations.node_loss_window_s``) counts unbroken node-lost
     sightings of one execution: the first pass that sees the current object running with
     cause node-lost commits ``NodeLossObserved(since=cause.at or discovery.seen_at)``; a pass
-    that sees it running without node-lost (its node came back) while a window is open
-    commits ``NodeLossObserved(since=None)``, ending it, and a later node-lost sighting begins
-    a new window. Facts only on a change, never per poll. ``wake_at`` includes the window's
+    that sees it otherwise (running without node-lost: its node came back) while a window is
+    open commits ``NodeLossObserved(since=None)``, ending it, and a later node-lost sighting
+    begins a new window. A pass that doesn't see the object says nothing of the window. Facts only on a change, never per poll. ``wake_at`` includes the window's
     end. A node lost at 0, back at 10 and lost again at 500 is fenced at 500 + window, not at
     the window after 0.
     """
@@ -889,8 +889,8 @@ def _fence(p: _Pass) -> None:
     since = primary.node_loss_since
     cause = obs.cause
     if obs.phase not in _RUNNING or cause is None or cause.kind is not CauseKind.NODE_LOST:
-        if since is not None and obs.phase is ObjectPhase.RUNNING:
-            # The node is back: the window is broken; a later loss starts a new one.
+        if since is not None:
+            # Seen otherwise (its node back): the window is broken; a later loss starts anew.
             restart = primary.node_loss_restart
             p.commit(
                 "node-loss",

@@ -200,6 +200,9 @@ def _apply_move(sim: Sim, move: tuple[str, Any]) -> None:
             phase=ObjectPhase.PENDING,
             cause=cause(CauseKind.NO_CAPACITY, "ReqNodeNotAvail"),
         )
+    elif name == "node-back" and live:
+        # the lost node came back: running, no cause (ends a node-loss window)
+        sim.update(live[-1].ref, phase=ObjectPhase.RUNNING, cause=None)
     elif name == "queued" and live:
         # pending for an ordinary reason (Slurm's Resources, Priority): breaks a wait
         sim.update(live[-1].ref, phase=ObjectPhase.PENDING, cause=None)
@@ -497,6 +500,64 @@ def test_a_no_capacity_stop_is_never_asked_before_wait_s_of_unbroken_no_capacity
                     and step.event.cause.kind is CauseKind.CANCELLED
                 ):
                     raise AssertionError(f"a no-capacity stop's end recorded cancelled: {step}")
+
+    _walk(setup, moves, answers, check)
+
+
+_fence_moves = st.lists(
+    st.one_of(
+        st.tuples(st.just("node-lost"), st.just(None)),
+        st.tuples(st.just("node-back"), st.just(None)),
+        st.tuples(st.just("tick"), st.sampled_from([1, 10, 59, 61, 299, 301, 601])),
+        st.tuples(st.just("requeue"), st.sampled_from([CauseKind.PREEMPTED, *COVERABLE])),
+        st.tuples(st.just("end"), st.sampled_from(_ENDS)),
+        st.tuples(st.just("settle-stops"), st.just(None)),
+        st.tuples(st.just("vanish"), st.just(None)),
+        st.tuples(st.just("command"), st.sampled_from(_COMMANDS)),
+    ),
+    min_size=8,
+    max_size=40,
+)
+
+
+def _on_lost_node(obj: ObservedObject) -> bool:
+    return (
+        obj.phase in (ObjectPhase.RUNNING, ObjectPhase.STOPPING)
+        and obj.cause is not None
+        and obj.cause.kind is CauseKind.NODE_LOST
+    )
+
+
+@_WALK
+@given(setup=_setups, moves=_fence_moves, answers=_answers)
+def test_a_fence_never_comes_before_the_window_of_unbroken_node_lost_sightings(
+    setup: _Setup, moves: list[tuple[str, Any]], answers: list[bool]
+) -> None:
+    """Seed 000, "The node-loss fence": the window is "how long an object may report running
+    with cause node-lost". An execution is fenced only when every pass for at least
+    ``node_loss_window_s`` has seen it running with cause node-lost (a pass that saw it
+    otherwise, e.g. its node back, or another execution of it, breaks the run; one that didn't
+    see it says nothing). The runs are counted here from the discoveries alone (the causes
+    carry no time, so a run starts at the Discovery's ``seen_at``), not from the record."""
+    run_since: dict[ObjectRef, tuple[int, datetime]] = {}  # (restart, first sighting)
+
+    def check(sim: Sim, p: Pass) -> None:
+        discovery = sim.discovery()
+        for obj in discovery.objects:
+            run = run_since.get(obj.ref)
+            if not _on_lost_node(obj):
+                run_since.pop(obj.ref, None)
+            elif run is None or run[0] != obj.restarts:
+                run_since[obj.ref] = (obj.restarts, discovery.seen_at)
+        window = timedelta(seconds=sim.declarations.node_loss_window_s)
+        for step in p.steps:
+            if isinstance(step, Commit) and isinstance(step.event, ExecutionEnded):
+                if not step.event.fenced:
+                    continue
+                run = run_since.get(step.event.ref)
+                assert run is not None, "fenced without a node-lost sighting"
+                assert run[0] == step.event.restart
+                assert sim.now >= run[1] + window, (sim.now, run)
 
     _walk(setup, moves, answers, check)
 
