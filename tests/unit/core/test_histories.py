@@ -22,10 +22,12 @@ from dispatch_core import (
     Cause,
     CauseKind,
     Discovery,
+    ExecutionEnded,
     GateState,
     Job,
     JobEvent,
     NoCapacityObserved,
+    NodeLossObserved,
     ObjectPhase,
     ObjectRef,
     ObservedObject,
@@ -251,7 +253,38 @@ GOLDEN: dict[str, Expected] = {
         ),
         settled=True,
     ),
+    "node-lost-flap-then-fence.jsonl": Expected(
+        state=State.SUCCEEDED,
+        cause=CauseKind.NONE,
+        submission=2,
+        history=((State.RECOVERING, CauseKind.NODE_LOST), (State.SUCCEEDED, CauseKind.NONE)),
+        objects=(
+            _obj("c1", "100", 1, ObjectPhase.ENDED, kind=CauseKind.NODE_LOST),
+            _obj("c1", "101", 2, ObjectPhase.ENDED, kind=CauseKind.NONE),
+        ),
+        settled=True,
+    ),
 }
+
+
+def test_node_flap_golden_record_keeps_each_window() -> None:
+    """Seed 000, "The node-loss fence": a node lost, back 10 s later (the window ended: a
+    ``node-loss.observed`` fact with ``since`` null), lost again; the fence came the window
+    (300 s) after the second loss, not after the first."""
+    record = _read("node-lost-flap-then-fence.jsonl")
+    windows = [ev.since for _, ev in record if isinstance(ev, NodeLossObserved)]
+    assert windows == [
+        datetime(2026, 1, 1, 0, 1, 2, tzinfo=UTC),
+        None,
+        datetime(2026, 1, 1, 0, 9, 22, tzinfo=UTC),
+    ]
+    (fenced,) = [ev for _, ev in record if isinstance(ev, ExecutionEnded) and ev.fenced]
+    assert fenced.at == datetime(2026, 1, 1, 0, 14, 22, tzinfo=UTC)
+    job = fold(written(record), NOW)
+    first = job.object(ObjectRef(cluster="c1", id="100"))
+    assert first is not None
+    assert (first.node_loss_since, first.fenced) == (windows[-1], True)
+    assert [r.cause.kind for r in job.recoveries] == [CauseKind.NODE_LOST]
 
 
 def test_failover_golden_record_keeps_each_submissions_cluster() -> None:
