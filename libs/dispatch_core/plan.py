@@ -876,9 +876,9 @@ def _fence(p: _Pass) -> None:
     cause node-lost commits ``NodeLossObserved(since=cause.at or discovery.seen_at)``; a pass
     that sees it otherwise (running without node-lost: its node came back) while a window is
     open commits ``NodeLossObserved(since=None)``, ending it, and a later node-lost sighting
-    begins a new window. A pass that doesn't see the object says nothing of the window. Facts only on a change, never per poll. ``wake_at`` includes the window's
-    end. A node lost at 0, back at 10 and lost again at 500 is fenced at 500 + window, not at
-    the window after 0.
+    begins a new window. A pass that doesn't see the object says nothing of the window.
+    Facts only on a change, never per poll. ``wake_at`` includes the window's end. A node
+    lost at 0, back at 10 and lost again at 500 is fenced at 500 + window, not at 0 + window.
     """
     primary = p.primary()
     if primary is None or p.job.outcome is not None or p.discovery is None:
