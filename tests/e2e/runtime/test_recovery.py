@@ -210,6 +210,7 @@ async def test_node_loss_fence_then_replacement_gate_after_the_old_object_ended(
     fenced = next(e for e in events if isinstance(e, ExecutionEnded) and e.ref == old)
     assert fenced.fenced
     assert fenced.cause.kind is CauseKind.NODE_LOST
+    assert observed.since is not None  # the window began
     assert (fenced.at - observed.since).total_seconds() >= window_s
     assert observed.since >= lost_at.replace(microsecond=0)
     stop = next(e for e in events if isinstance(e, StopRequested) and e.ref == old)

@@ -99,6 +99,7 @@ async def test_a_node_that_stops_answering_is_fenced_after_the_window(
         (seen,) = [e for e in events if isinstance(e, NodeLossObserved)]
         (fence,) = [e for e in events if isinstance(e, StopRequested) and e.why == "fence"]
         (ended,) = [e for e in events if isinstance(e, ExecutionEnded)]
+        assert seen.since is not None  # the window began (no flap: one fact)
         assert (fence.at - seen.since).total_seconds() >= WINDOW_S
         assert ended.fenced
         assert ended.cause.kind is CauseKind.NODE_LOST
