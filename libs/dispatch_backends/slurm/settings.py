@@ -68,7 +68,8 @@ class SlurmSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     Attributes:
         node_loss_window_s: the declared node-loss window (seed 000): how long a job may
             run on a node that stopped responding (sinfo ``*``, ``DOWN``) before dispatch
-            fences it. Keep it above ``SlurmdTimeout`` (Slurm's default 300 s), so that
+            fences it, counted while it stays so (the node answering again ends it). Keep
+            it above ``SlurmdTimeout`` (Slurm's default 300 s), so that
             Slurm usually ends the job first (``NODE_FAIL``).
         user: the user whose jobs are discovered (``squeue -u``); empty: the user the
             backend runs as.
