@@ -123,6 +123,9 @@ VANISHED_DETAIL: Final = (
 (issue 15, "gone is not ended")."""
 
 _RUNNING: Final = frozenset({ObjectPhase.RUNNING, ObjectPhase.STOPPING})
+_SEEN_ALIVE: Final = frozenset({ObjectPhase.PENDING, *_RUNNING})
+"""Phases that show an object alive on a known footing: one of them without node-lost ends
+a node-loss window (:func:`_fence`)."""
 _RECOVERY_WHYS: Final = frozenset({"recovery", "ceased"})
 """``SubmissionOpened.why`` of the submissions a non-native ``RecoveryCommitted`` opens."""
 
@@ -874,8 +877,9 @@ def _fence(p: _Pass) -> None:
     node-lost." The window (``declarations.node_loss_window_s``) counts unbroken node-lost
     sightings of one execution: the first pass that sees the current object running with
     cause node-lost commits ``NodeLossObserved(since=cause.at or discovery.seen_at)``; a pass
-    that sees it otherwise (running without node-lost: its node came back) while a window is
-    open commits ``NodeLossObserved(since=None)``, ending it, and a later node-lost sighting
+    that sees it alive otherwise (pending, running or stopping without node-lost: its node
+    came back) while a window is open commits ``NodeLossObserved(since=None)``, ending it (an
+    ended object or an unknown phase doesn't end it), and a later node-lost sighting
     begins a new window. A pass that doesn't see the object says nothing of the window.
     Facts only on a change, never per poll. ``wake_at`` includes the window's end. A node
     lost at 0, back at 10 and lost again at 500 is fenced at 500 + window, not at 0 + window.
@@ -889,8 +893,10 @@ def _fence(p: _Pass) -> None:
     since = primary.node_loss_since
     cause = obs.cause
     if obs.phase not in _RUNNING or cause is None or cause.kind is not CauseKind.NODE_LOST:
-        if since is not None:
-            # Seen otherwise (its node back): the window is broken; a later loss starts anew.
+        if since is not None and obs.phase in _SEEN_ALIVE:
+            # Seen alive otherwise (its node back): the window is broken; a later loss starts
+            # anew. An ended object's end is recorded by the ending rules, not read as a node
+            # back; an unknown phase says nothing of the node.
             restart = primary.node_loss_restart
             p.commit(
                 "node-loss",

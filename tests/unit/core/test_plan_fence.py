@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import msgspec
+import pytest
 
 from dispatch_core import decode_event
 from dispatch_core.events import (
@@ -352,3 +353,20 @@ def test_an_old_node_loss_observed_decodes_with_its_since() -> None:
     assert event.since.isoformat() == "2026-03-02T09:00:00+00:00"
     assert event.cause is not None
     assert event.cause.kind is CauseKind.NODE_LOST
+
+
+@pytest.mark.parametrize("phase", [ObjectPhase.UNKNOWN, ObjectPhase.ENDED])
+def test_an_unknown_or_ended_sighting_is_not_a_node_back(phase: ObjectPhase) -> None:
+    """Only an object seen alive without node-lost ends the window: an unknown phase says
+    nothing of the node, and an object Slurm ended (NODE_FAIL) ended on its lost node, so
+    neither commits ``NodeLossObserved(since=None)`` (the events would read "node back")."""
+    sim = _sim()
+    obj = start(sim)
+    _lose(sim, obj.ref)
+    committed(sim.step(), NodeLossObserved)
+    sim.tick(10)
+    sim.update(obj.ref, phase=phase, cause=cause(CauseKind.NODE_LOST, "NODE_FAIL"))
+
+    p = sim.step()
+
+    assert [e for e in committed(p, NodeLossObserved) if e.since is None] == []
