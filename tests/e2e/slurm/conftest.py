@@ -1,4 +1,5 @@
-"""Fixtures of the Slurm walkthrough: one nats-server for the session and a
+"""Fixtures of the Slurm walkthrough: each test starts on a whole cluster (leftover jobs
+cancelled, nodes resumed: ``restore_cluster``); one nats-server for the session and a
 :class:`~tests.e2e.slurm.harness.SlurmRuntime` per test (closed at the end: services
 stopped, the test's Slurm jobs cancelled, streams deleted); for the failover test (issue 14
 part 2), one S3 server (SeaweedFS, ``tests/servers/s3.py``) for the session with one bucket,
@@ -6,18 +7,29 @@ part 2), one S3 server (SeaweedFS, ``tests/servers/s3.py``) for the session with
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.slurm.harness import SlurmRuntime
-from tests.integration.slurm.test_slurm_support import require_cluster
+from tests.integration.slurm.test_slurm_support import require_cluster, restore_cluster
 from tests.servers.nats import NatsServer
 from tests.servers.s3 import S3Server, SeaweedFS
 
 S3_BUCKET = "dispatch-slurm-e2e"
 """The bucket the failover test's checkpoint roots live in (one prefix per job)."""
+
+
+@pytest.fixture(autouse=True)
+def whole_cluster() -> None:
+    """Every test here starts on a whole cluster: a failed test's leftover jobs are cancelled
+    and its nodes resumed (they would hold a later test's job pending), with a warning."""
+    require_cluster()
+    found = restore_cluster()
+    if found:
+        warnings.warn(f"the Slurm test cluster was not whole: {found}", stacklevel=1)
 
 
 @pytest.fixture(scope="session")

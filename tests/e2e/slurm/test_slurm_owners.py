@@ -193,8 +193,10 @@ async def test_each_job_runs_as_its_owner_and_one_owner_cannot_cancel_another_s(
             slurm_id, squeue_user, state = _squeue(jobs[actor])
             assert (squeue_user, state) == (user, "RUNNING"), (actor, squeue_user, state)
             slurm_ids[actor] = slurm_id
-            acct = await assert_eventually(functools.partial(_sacct, slurm_id), timeout_s=60)
-            assert acct == (user, "RUNNING"), acct
+            # accounting learns of the start after squeue does (slurmctld tells slurmdbd later)
+            await assert_eventually(
+                functools.partial(_accounted, slurm_id, (user, "RUNNING")), timeout_s=60
+            )
             await assert_eventually(
                 functools.partial(_in, f"runs as {user}", srt.out, slurm_id), timeout_s=60
             )
@@ -252,6 +254,11 @@ async def test_each_job_runs_as_its_owner_and_one_owner_cannot_cancel_another_s(
         for job in jobs.values():
             with contextlib.suppress(Exception):
                 run("scancel", f"--name=dj-{job}", check=False)
+
+
+def _accounted(slurm_id: str, expected: tuple[str, str]) -> None:
+    acct = _sacct(slurm_id)
+    assert acct == expected, acct
 
 
 def _in(needle: str, out: Path, slurm_id: str) -> None:

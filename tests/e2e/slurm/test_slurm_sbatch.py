@@ -20,13 +20,14 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
 import pytest
 
 from tests.e2e.cli.support import REPO, Up, eventually, run_cli
-from tests.integration.slurm.test_slurm_support import require_cluster, run, sbatch
+from tests.integration.slurm.test_slurm_support import cluster_report, require_cluster, run, sbatch
 
 pytestmark = [pytest.mark.slurm, pytest.mark.integration, pytest.mark.e2e]
 
@@ -53,6 +54,20 @@ def _running(job: str) -> tuple[str, str]:
     out = run("squeue", "-h", "-n", f"dj-{job}", "-t", "RUNNING", "-o", "%i %N").stdout.split()
     assert len(out) == 2, f"squeue: {out}"
     return out[0], out[1]
+
+
+@contextlib.contextmanager
+def _explained(up: Up, job: str) -> Iterator[None]:
+    """A failed wait in the body says why the job did not run: the cluster's nodes and jobs,
+    the job's dispatch events, and the tail of ``dispatch up``'s log."""
+    try:
+        yield
+    except AssertionError as failed:
+        events = up.dispatch("status", job, "--events")
+        raise AssertionError(
+            f"{failed}\n{cluster_report()}\n--- dispatch status {job} --events:\n"
+            f"{events.out}{events.err}\n--- dispatch up (tail):\n{up.output()[-4000:]}"
+        ) from failed
 
 
 def _output(job: str, slurm_id: str) -> str:
@@ -89,17 +104,21 @@ def test_dispatch_sbatch_submits_the_digits_script_and_its_preemption_is_recover
         assert uncovered is not None, str(submitted)
         assert "out-of-memory" in uncovered.group(1), str(submitted)
 
-        first, node = eventually(lambda: _running(job), timeout_s=WAIT_S, interval_s=0.5)
-        eventually(
-            lambda: _assert_in("saved step=", _output(job, first)), timeout_s=WAIT_S, interval_s=0.5
-        )
+        with _explained(up, job):
+            first, node = eventually(lambda: _running(job), timeout_s=WAIT_S, interval_s=0.5)
+            eventually(
+                lambda: _assert_in("saved step=", _output(job, first)),
+                timeout_s=WAIT_S,
+                interval_s=0.5,
+            )
         assert "DISPATCH_EPOCH=1000000" in _output(job, first)
         sbatch("-p", "high", "-w", node, "--exclusive", "--output=/dev/null", "--wrap", "sleep 5")
 
-        up.wait_status(
-            job, lambda s: s["submission"] == 2 and s["state"] == "running", timeout_s=WAIT_S
-        )
-        second, _ = eventually(lambda: _running(job), timeout_s=WAIT_S, interval_s=0.5)
+        with _explained(up, job):
+            up.wait_status(
+                job, lambda s: s["submission"] == 2 and s["state"] == "running", timeout_s=WAIT_S
+            )
+            second, _ = eventually(lambda: _running(job), timeout_s=WAIT_S, interval_s=0.5)
         assert second != first
         resumed = eventually(
             lambda: _found(_RESUMED, _output(job, second)), timeout_s=WAIT_S, interval_s=0.5

@@ -347,7 +347,7 @@ async def test_only_the_api_asks_a_cluster_s_observer_for_output(
 
         listening = await observer.subscribe(subject, cb=answer)
         await observer.flush()
-        reply = await api.request(subject, b"ask", timeout=15)
+        reply = await _request_once_heard(api, subject, b"ask")
         assert reply.data == b"chunk:ask"
         assert reply.subject.startswith("_INBOX.api.")
         await Probe(observer, observer_errors).publish_refused("_INBOX.api.probe")
@@ -365,6 +365,20 @@ async def test_only_the_api_asks_a_cluster_s_observer_for_output(
     finally:
         await api.close()
         await observer.close()
+
+
+async def _request_once_heard(nc: NATS, subject: str, payload: bytes) -> nats.aio.msg.Msg:
+    """``nc.request``, asked again while the server answers "no responders": a subscription
+    the responder flushed may still be missing from the requester's view for a moment
+    (nats-server#2876; measured here about 1 request in 40 right after the flush)."""
+
+    async def ask() -> nats.aio.msg.Msg:
+        try:
+            return await nc.request(subject, payload, timeout=15)
+        except nats.errors.NoRespondersError as err:
+            raise AssertionError(f"no responders on {subject}") from err
+
+    return await assert_eventually(ask, timeout_s=10, interval_s=0.1)
 
 
 async def test_reader_reads_and_writes_nothing(site: LockedNats, streams: None) -> None:

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -92,6 +93,50 @@ def resume_node(node: str) -> None:
     state = node_state(node)
     if any(word in state for word in ("down", "drain", "fail")):
         run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+
+
+def cluster_report() -> str:
+    """What a person would look at when a test's job does not run: every node's state and
+    reason (``sinfo -N``) and every job Slurm still knows (``squeue -t all``, with reasons)."""
+    nodes = run("sinfo", "-h", "-N", "-o", "%N %T %E", check=False).stdout.strip()
+    jobs = run(
+        "squeue", "-h", "-t", "all", "-o", "%i %j %u %P %T %r %N", check=False
+    ).stdout.strip()
+    return f"--- sinfo -N:\n{nodes}\n--- squeue -t all:\n{jobs or '(none)'}"
+
+
+def restore_cluster(timeout_s: float = 60.0) -> list[str]:
+    """Make the shared test cluster whole for the next test: cancel every job still pending
+    or running (a failed test's leftovers would take its nodes), resume every node left down
+    or drained, and wait until no job is left and every node is idle.
+
+    Returns:
+        What was found wrong (e.g. ``["job 12 dj-x RUNNING", "node2 down"]``), empty if the
+        cluster was whole.
+
+    Raises:
+        AssertionError: the cluster is still not whole after ``timeout_s`` seconds (with
+            :func:`cluster_report`).
+    """
+    found: list[str] = []
+    alive = run("squeue", "-h", "-o", "%i %j %T", check=False).stdout.split("\n")
+    for line in filter(None, (row.strip() for row in alive)):
+        found.append(f"job {line}")
+        run("scancel", line.split()[0], check=False)
+    for node in NODES:
+        state = node_state(node)
+        if any(word in state for word in ("down", "drain", "fail")):
+            found.append(f"{node} {state}")
+            resume_node(node)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = run("squeue", "-h", "-o", "%i", check=False).stdout.strip()
+        states = [node_state(node) for node in NODES]
+        if not left and all(state == "idle" for state in states):
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the Slurm test cluster is not whole\n{cluster_report()}")
+        time.sleep(0.5)
 
 
 @contextlib.contextmanager
