@@ -389,7 +389,9 @@ class JobIndex:
         self, states: Collection[State] | None = None, clusters: Collection[str] | None = None
     ) -> tuple[list[JobSummary], tuple[UnreadableJob, ...]]:
         """The jobs in ``states`` (None: all) on ``clusters`` (None: all), by id, without
-        their facts (:meth:`with_facts`); and every job whose record can't be read.
+        their facts (:meth:`with_facts`); and every job whose record can't be read. A job is
+        on the cluster it was submitted to and on its current submission's (after a failover,
+        issue 14 part 2: ``lab2->local`` lists under both).
 
         Raises:
             BadRequest: a cluster that is neither configured nor any job's (code
@@ -405,7 +407,11 @@ class JobIndex:
         if clusters:
             unknown = [r.job_id for r in rows if self.cluster_known(r.job_id) is None]
             await self._bounded(unknown, self._fold)
-            rows = [r for r in rows if self.cluster_known(r.job_id) in clusters]
+            rows = [
+                r
+                for r in rows
+                if self.cluster_known(r.job_id) in clusters or r.current_cluster in clusters
+            ]
         rows = [
             msgspec.structs.replace(r, unreadable=True) if r.job_id in self._stale else r
             for r in rows

@@ -118,6 +118,23 @@ async def test_a_cluster_no_longer_configured_is_known_while_jobs_of_it_remain(a
     assert refused.error["message"] == f"unknown clusters 'mars', 'venus' {known}"
 
 
+async def test_a_job_that_failed_over_lists_under_its_home_and_its_current_cluster(
+    api: Api,
+) -> None:
+    """After a failover (issue 14 part 2) the job runs on another cluster: ``?cluster=`` of
+    either finds it, and a third cluster does not."""
+    moved = (await api.submit(job_id="moved"))["job_id"]
+    stayed = (await api.submit(job_id="stayed"))["job_id"]
+    seq = await api.records.last_seq(moved)
+    running = status(moved, State.RUNNING, seq)
+    await api.publish(replace(running, submission=2, cluster="other"))
+    await api.publish(status(stayed, State.RUNNING, await api.records.last_seq(stayed)))
+    rows = {j["job_id"]: j for j in (await _jobs(api, ""))["jobs"]}
+    assert (rows[moved]["cluster"], rows[moved]["current_cluster"]) == ("local", "other")
+    assert _ids(await _jobs(api, "?cluster=other")) == [moved]
+    assert _ids(await _jobs(api, "?cluster=local")) == [moved, stayed]
+
+
 @pytest.mark.parametrize(
     "query",
     ["?limit=0", "?limit=x", "?offset=-1", "?after=Not_An_Id", "?state=sleeping"],
