@@ -27,6 +27,7 @@ __all__ = [
     "connect_nats",
     "drain",
     "ensure_streams_until",
+    "open_nats",
     "retry_until_stopped",
     "run_until_stopped",
     "server_list",
@@ -196,6 +197,39 @@ async def ensure_streams_until(
         return True
 
     return bool(await retry_until_stopped(stop, "streams.ensure", attempt))
+
+
+async def open_nats(
+    stack: contextlib.AsyncExitStack,
+    settings: NatsSettings,
+    stop: asyncio.Event,
+    *,
+    name: str,
+    replicas: int,
+    layout: Layout,
+    drain_s: float = 5.0,
+) -> NATS | None:
+    """Connect to NATS and make sure the streams exist, as every service starts.
+
+    ``connect_nats`` then ``ensure_streams_until``, each retried until it succeeds or
+    ``stop`` is set; the connection's ``drain`` (at most ``drain_s`` seconds) is pushed on
+    ``stack`` as soon as it is up, so it is drained however the service ends.
+
+    Returns:
+        The connection, with the streams there; None if ``stop`` was set first.
+
+    Raises:
+        ConfigError: a credentials or TLS file can't be read any more.
+        StreamConfigConflict: a stream contradicts the contract (a deployment error).
+        JetStreamApiError: JetStream refused a request for good.
+    """
+    nc = await connect_nats(settings, stop, name=name)
+    if nc is None:
+        return None
+    stack.push_async_callback(drain, nc, drain_s)
+    if not await ensure_streams_until(nc, stop, replicas, layout=layout):
+        return None
+    return nc
 
 
 async def _disconnected() -> None:
