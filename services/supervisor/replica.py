@@ -12,6 +12,7 @@ its Status or that has not settled.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
@@ -157,34 +158,32 @@ class Replica:
 
     def _feeds(self) -> list[tuple[Source, SharedFeed]]:
         cfg = self._cfg
-        work = SharedFeed(
+        layout = self._layout
+        # What every replica's durables share: headers only, the replica's ack wait, batch
+        # and pending bound.
+        shared = functools.partial(
+            SharedFeed,
             self._nc,
-            stream=self._layout.work_stream,
-            durable=f"{cfg.durable}-work",
-            filter_subject=self._layout.work_filter,
-            job_of=self._layout.job_id_from_work_subject,
-            api_prefix=self._layout.api_prefix,
+            api_prefix=layout.api_prefix,
             ack_wait_s=cfg.ack_wait_s,
             max_ack_pending=_MAX_ACK_PENDING,
             batch=cfg.fetch_batch,
             headers_only=True,
+        )
+        work = shared(
+            stream=layout.work_stream,
+            durable=f"{cfg.durable}-work",
+            filter_subject=layout.work_filter,
+            job_of=layout.job_id_from_work_subject,
             from_start=True,
         )
         # The supervisor's own appends are not consumed at all (the writer kind is the
         # record subject's last token): see "the echo rule" in Scheduler.
-        records = SharedFeed(
-            self._nc,
-            stream=self._layout.record_stream,
+        records = shared(
+            stream=layout.record_stream,
             durable=f"{cfg.durable}-record",
-            filter_subject=[
-                self._layout.record_writer_filter(w) for w in WriterKind if w not in _OWN
-            ],
-            job_of=self._layout.job_id_from_record_subject,
-            api_prefix=self._layout.api_prefix,
-            ack_wait_s=cfg.ack_wait_s,
-            max_ack_pending=_MAX_ACK_PENDING,
-            batch=cfg.fetch_batch,
-            headers_only=True,
+            filter_subject=[layout.record_writer_filter(w) for w in WriterKind if w not in _OWN],
+            job_of=layout.job_id_from_record_subject,
             from_start=False,
             timeout_s=cfg.store_timeout_s,
         )
