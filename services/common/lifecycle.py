@@ -10,7 +10,7 @@ import os
 import random
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Final, Protocol, TypeVar
 
 import nats
@@ -24,6 +24,7 @@ from services.common.nats_settings import NatsSettings, nats_options, redact_url
 
 __all__ = [
     "START_BACKOFF",
+    "closing_on_stop",
     "connect_nats",
     "drain",
     "ensure_streams_until",
@@ -230,6 +231,31 @@ async def open_nats(
     if not await ensure_streams_until(nc, stop, replicas, layout=layout):
         return None
     return nc
+
+
+class _Closable(Protocol):
+    async def aclose(self) -> None: ...
+
+
+@contextlib.asynccontextmanager
+async def closing_on_stop(feed: _Closable, stop: asyncio.Event) -> AsyncIterator[None]:
+    """While the block runs, close ``feed`` as soon as ``stop`` is set, so that a loop
+    waiting on it ends promptly instead of at its next message.
+
+    The closing task runs in a task group with the block: an error of either cancels the
+    other and leaves as an ``ExceptionGroup``.
+    """
+
+    async def close() -> None:
+        await stop.wait()
+        await feed.aclose()
+
+    async with asyncio.TaskGroup() as tg:
+        closer = tg.create_task(close())
+        try:
+            yield
+        finally:
+            closer.cancel()
 
 
 async def _disconnected() -> None:

@@ -44,6 +44,7 @@ from dispatch_nats.contract import MSG_ID_HEADER, WAKE_AT_HEADER
 from services.common.clock import utcnow
 from services.common.lifecycle import (
     START_BACKOFF,
+    closing_on_stop,
     retry_until_stopped,
     run_until_stopped,
     wait_or_stop,
@@ -210,42 +211,34 @@ class Replica:
         re-created yet) never ends the replica: the feed is started again after a pause.
         """
 
-        async def close_on_stop() -> None:
-            await stop.wait()
-            await feed.aclose()
-
-        async with asyncio.TaskGroup() as tg:
-            closer = tg.create_task(close_on_stop())
-            try:
-                delays = START_BACKOFF.delays(random.random)
-                while not stop.is_set():
-                    try:
-                        delivery = await anext(feed)
-                    except StopAsyncIteration:
+        async with closing_on_stop(feed, stop):
+            delays = START_BACKOFF.delays(random.random)
+            while not stop.is_set():
+                try:
+                    delivery = await anext(feed)
+                except StopAsyncIteration:
+                    break
+                except NatsStoreError as err:
+                    if stop.is_set():
                         break
-                    except NatsStoreError as err:
-                        if stop.is_set():
-                            break
-                        if not err.retryable and not isinstance(err, JetStreamApiError):
-                            raise
-                        delay = next(delays)
-                        log.warning(
-                            "supervisor.feed_failed",
-                            extra={"source": source, "error": str(err), "retry_in_s": delay},
-                        )
-                        if await wait_or_stop(stop, delay):
-                            break
-                        await retry_until_stopped(stop, f"supervisor.{source}_feed", feed.start)
-                        continue
-                    delays = START_BACKOFF.delays(random.random)
-                    self._metrics.deliveries.labels(source).inc()
-                    if source == "discovery":
-                        self.discoveries.keep(delivery)
-                    elif source == "record":
-                        self.executor.note_appended(delivery.job_id, delivery.seq)
-                    await self.scheduler.wake(delivery.job_id, delivery, source)
-            finally:
-                closer.cancel()
+                    if not err.retryable and not isinstance(err, JetStreamApiError):
+                        raise
+                    delay = next(delays)
+                    log.warning(
+                        "supervisor.feed_failed",
+                        extra={"source": source, "error": str(err), "retry_in_s": delay},
+                    )
+                    if await wait_or_stop(stop, delay):
+                        break
+                    await retry_until_stopped(stop, f"supervisor.{source}_feed", feed.start)
+                    continue
+                delays = START_BACKOFF.delays(random.random)
+                self._metrics.deliveries.labels(source).inc()
+                if source == "discovery":
+                    self.discoveries.keep(delivery)
+                elif source == "record":
+                    self.executor.note_appended(delivery.job_id, delivery.seq)
+                await self.scheduler.wake(delivery.job_id, delivery, source)
 
     async def follow_statuses(self, stop: asyncio.Event) -> None:
         """Follow every job's Status: deadlines, the status cache, jobs by state.
@@ -266,22 +259,13 @@ class Replica:
                 await wait_or_stop(stop, delay)
 
     async def _follow_statuses(self, stop: asyncio.Event) -> None:
-        async with self.statuses.watch(()) as feed:
-
-            async def close_on_stop() -> None:
-                await stop.wait()
-                await feed.aclose()
-
-            async with asyncio.TaskGroup() as tg:
-                closer = tg.create_task(close_on_stop())
-                try:
-                    async for entry in feed:
-                        self.note_status(entry)
-                except NatsStoreError:
-                    if not stop.is_set():
-                        raise
-                finally:
-                    closer.cancel()
+        async with self.statuses.watch(()) as feed, closing_on_stop(feed, stop):
+            try:
+                async for entry in feed:
+                    self.note_status(entry)
+            except NatsStoreError:
+                if not stop.is_set():
+                    raise
 
     def note_status(self, entry: LatestEntry) -> None:
         """Take note of one Status from the stream."""
