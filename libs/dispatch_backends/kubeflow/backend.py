@@ -687,28 +687,11 @@ class KubeflowBackend:
                 JOBSET_NAME_LABEL,
                 Job,
             )
-            group, version, plural = JOBSET
-            self._add(
-                "jobsets",
-                namespace,
-                functools.partial(
-                    custom.list_namespaced_custom_object, group, version, namespace, plural
-                ),
-                None,
-                JobSet,
-            )
+            self._add("jobsets", namespace, _lister(custom, JOBSET, namespace), None, JobSet)
             if settings.gate is GateMode.KUEUE:
                 _, _, custom2 = self._watch_apis()
-                group, version, plural = WORKLOAD
-                self._add(
-                    "workloads",
-                    namespace,
-                    functools.partial(
-                        custom2.list_namespaced_custom_object, group, version, namespace, plural
-                    ),
-                    None,
-                    Workload,
-                )
+                lister = _lister(custom2, WORKLOAD, namespace)
+                self._add("workloads", namespace, lister, None, Workload)
         core, _, _ = self._watch_apis()
         self._add("nodes", "", core.list_node, None, Node)
         for reflector in self._reflectors.values():
@@ -1124,6 +1107,14 @@ class _Index:
         self.jobs: dict[tuple[str, str], list[Job]] = defaultdict(list)
         self.workloads: dict[str, Workload] = {}
         self.nodes: dict[str, NodeFacts] = {}
+
+
+def _lister(custom: Any, kind: tuple[str, str, str], namespace: str) -> Callable[..., Any]:
+    """The list call of the custom objects of ``kind`` (``(group, version, plural)``) in
+    ``namespace``, on the ``CustomObjectsApi`` ``custom``, for a watch to call."""
+    group, version, plural = kind
+    list_fn = custom.list_namespaced_custom_object
+    return functools.partial(list_fn, group, version, namespace, plural)
 
 
 def _confirmed_finished(pod: PodFacts) -> bool:
