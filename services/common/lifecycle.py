@@ -112,15 +112,7 @@ async def connect_nats(settings: NatsSettings, stop: asyncio.Event, *, name: str
                 **_CONNECT_OPTIONS,
             )
         )
-        stopping = asyncio.ensure_future(stop.wait())
-        try:
-            await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopping.cancel()
-        if not connecting.done():
-            connecting.cancel()
-            with contextlib.suppress(BaseException):
-                await connecting
+        if not await _done_before_stop(connecting, stop):
             await _close_quietly(nc)
             return None
         err = connecting.exception()
@@ -132,6 +124,22 @@ async def connect_nats(settings: NatsSettings, stop: asyncio.Event, *, name: str
         log.warning("nats.connect_failed", extra={"servers": shown, "error": repr(err)})
         await wait_or_stop(stop, next(delays))
     return None
+
+
+async def _done_before_stop(work: asyncio.Future[Any], stop: asyncio.Event) -> bool:
+    """Wait until ``work`` is done or ``stop`` is set, whichever comes first; if ``stop``
+    does, cancel ``work`` and wait for it to end, and return False."""
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if work.done():
+        return True
+    work.cancel()
+    with contextlib.suppress(BaseException):
+        await work
+    return False
 
 
 async def _close_quietly(nc: NATS) -> None:
@@ -156,15 +164,7 @@ async def retry_until_stopped(
     delays = START_BACKOFF.delays(random.random)
     while not stop.is_set():
         task = asyncio.ensure_future(attempt())
-        stopping = asyncio.ensure_future(stop.wait())
-        try:
-            await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopping.cancel()
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+        if not await _done_before_stop(task, stop):
             return None
         err = task.exception()
         if err is None:
