@@ -196,6 +196,18 @@ def _rule(
     return rule
 
 
+def _budgeted(rules: list[dict[str, Any]], where: str, option: str) -> list[dict[str, Any]]:
+    """The resubmit, restart and requeue rules that ``option`` (given at ``where``) applies
+    to; a script with none of them is refused."""
+    budgeted = [r for r in rules if Action(r["action"]) in _BUDGETED]
+    if not budgeted:
+        raise ScriptError(
+            f"{where}: {option} applies to resubmit, restart and requeue rules, and the "
+            "script has none"
+        )
+    return budgeted
+
+
 def _check_clusters(where: str, line: str, names: list[str]) -> None:
     """Refuse, at its line, a failover list the core's ``validate`` refuses (``LAB2``, a
     cluster named twice): sent as is, the API refused it naming ``policy.rules[i]``, not
@@ -321,23 +333,11 @@ def parse_directives(text: str, *, source: str = "script") -> DispatchDirectives
                 raise _fail(where, line, f"{key}= needs a value")
             settings[key] = value
     if free_if_progress is not None:
-        budgeted = [r for r in rules if Action(r["action"]) in _BUDGETED]
-        if not budgeted:
-            raise ScriptError(
-                f"{free_if_progress}: free-if-progress applies to resubmit, restart and "
-                "requeue rules, and the script has none"
-            )
-        for rule in budgeted:
+        for rule in _budgeted(rules, free_if_progress, "free-if-progress"):
             rule[FREE_IF_PROGRESS] = True
     if without_progress is not None:
         where, limit = without_progress
-        budgeted = [r for r in rules if Action(r["action"]) in _BUDGETED]
-        if not budgeted:
-            raise ScriptError(
-                f"{where}: max-without-progress applies to resubmit, restart and requeue "
-                "rules, and the script has none"
-            )
-        for rule in budgeted:
+        for rule in _budgeted(rules, where, "max-without-progress"):
             rule.setdefault(MAX_WITHOUT_PROGRESS, limit)
     return DispatchDirectives(
         rules=tuple(rules),

@@ -460,6 +460,13 @@ class _Acc:
     def bad(self, seq: int, problem: str) -> MalformedRecord:
         return MalformedRecord(self.job_id, seq, problem)
 
+    def check_rule(self, seq: int, rule: int, what: str) -> None:
+        """Refuse a rule index the plan doesn't have, as ``what`` names it."""
+        if not 0 <= rule < len(self.plan.rules):
+            raise self.bad(
+                seq, f"{what} names rule {rule}, but the plan has {len(self.plan.rules)} rules"
+            )
+
     def submission(self, seq: int, number: int, what: str) -> Submission:
         subs = self.submissions
         if 0 < number <= len(subs):
@@ -597,12 +604,7 @@ def _apply(acc: _Acc, seq: int, ev: JobEvent) -> None:
             if not known.duplicate:
                 acc.ended_cause = ev.cause
         case RecoveryCommitted():
-            if not 0 <= ev.rule < len(acc.plan.rules):
-                raise acc.bad(
-                    seq,
-                    f"recovery.committed names rule {ev.rule}, but the plan has "
-                    f"{len(acc.plan.rules)} rules",
-                )
+            acc.check_rule(seq, ev.rule, "recovery.committed")
             acc.recoveries.append(
                 Recovery(
                     at=ev.at,
@@ -676,12 +678,8 @@ def _apply(acc: _Acc, seq: int, ev: JobEvent) -> None:
                     seq,
                     f"hold {ev.instance} placed while hold {acc.holds[-1].instance} is in force",
                 )
-            if ev.rule is not None and not 0 <= ev.rule < len(acc.plan.rules):
-                raise acc.bad(
-                    seq,
-                    f"hold {ev.instance} names rule {ev.rule}, but the plan has "
-                    f"{len(acc.plan.rules)} rules",
-                )
+            if ev.rule is not None:
+                acc.check_rule(seq, ev.rule, f"hold {ev.instance}")
             acc.holds.append(
                 Hold(
                     instance=ev.instance,

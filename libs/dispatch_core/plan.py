@@ -193,6 +193,18 @@ class _Pass:
         if at > self.now:
             self.wakes.append(at)
 
+    def due(self, at: datetime) -> bool:
+        """Whether the deadline ``at`` has come; before it, note it as a wake.
+
+        The one reading of every window the rules keep (a node-loss fence, a no-capacity
+        wait, an unresolved age, a resume or cessation interval, a stop or clean-up
+        deadline): seen since some time, has it lasted long enough to act on?
+        """
+        if self.now < at:
+            self.wake(at)
+            return False
+        return True
+
     def apply(self, event: JobEvent) -> None:
         """Fold ``event`` into the working job, as the record will once it is committed."""
         self.job = fold(
@@ -927,8 +939,7 @@ def _fence(p: _Pass) -> None:
             ),
         )
     end = since + timedelta(seconds=p.declarations.node_loss_window_s)
-    if p.now < end:
-        p.wake(end)
+    if not p.due(end):
         return
     p.stop(primary.ref, StopWhy.FENCE)
     p.commit(
@@ -1009,8 +1020,7 @@ def _no_capacity(p: _Pass) -> None:
     if not p.decidable() or p.job.hold is not None:
         return
     end = since + timedelta(seconds=planned_wait_s(rule))
-    if p.now < end:
-        p.wake(end)
+    if not p.due(end):
         return
     p.stop(primary.ref, StopWhy.NO_CAPACITY, cause=replace(cause, at=cause.at or end))
 
@@ -1056,8 +1066,7 @@ def _holds(p: _Pass) -> None:
         return
     if answered and asked is not None:
         next_ask = asked + timedelta(seconds=CESSATION_INTERVAL_S)
-        if p.now < next_ask:
-            p.wake(next_ask)
+        if not p.due(next_ask):
             return
     obs = p.own.get(primary.ref)
     p.wake(p.now + timedelta(seconds=CESSATION_INTERVAL_S))  # ask again if no answer comes
@@ -1309,8 +1318,7 @@ def _resume_launches(p: _Pass) -> None:
     if last.outcome is not LaunchOutcome.UNKNOWN:
         return
     due = (last.unknown_at or last.intended_at) + timedelta(seconds=RESUME_INTERVAL_S)
-    if p.now < due:
-        p.wake(due)
+    if not p.due(due):
         return
     if last.unknown_at is None:
         words = f"{_RESUMED}: no answer of its start was recorded (its supervisor stopped)"
@@ -1393,34 +1401,27 @@ def _unknown_launches(p: _Pass) -> None:
         if len(unknown) == len(sub.attempts):
             escalation_id = esc_id(EscalationKind.ALL_UNKNOWN, sub.number)
             due = sub.attempts[-1].intended_at + age
-            if p.job.escalation(escalation_id) is not None:
-                continue
-            if p.now < due:
-                p.wake(due)
-                continue
-            p.escalate(
-                escalation_id,
-                f"no launch of submission {sub.number} is known to have made an object "
-                f"({len(unknown)} attempts, outcome unknown since {_iso(unknown[0].intended_at)}"
-                f"{_words(unknown[-1].detail)}); check the scheduler for an object named "
-                f"{_name(p.job.job_id)}, and if there is none, abandon submission {sub.number}",
-            )
+            if p.job.escalation(escalation_id) is None and p.due(due):
+                p.escalate(
+                    escalation_id,
+                    f"no launch of submission {sub.number} is known to have made an object "
+                    f"({len(unknown)} attempts, outcome unknown since "
+                    f"{_iso(unknown[0].intended_at)}{_words(unknown[-1].detail)}); check the "
+                    f"scheduler for an object named {_name(p.job.job_id)}, and if there is "
+                    f"none, abandon submission {sub.number}",
+                )
             continue
         for attempt in unknown:
             escalation_id = esc_id(EscalationKind.UNMATCHED, (sub.number, attempt.attempt))
             due = attempt.intended_at + age
-            if p.job.escalation(escalation_id) is not None:
-                continue
-            if p.now < due:
-                p.wake(due)
-                continue
-            p.escalate(
-                escalation_id,
-                f"launch {sub.number}/{attempt.attempt} has an unknown outcome since "
-                f"{_iso(attempt.intended_at)}{_words(attempt.detail)}; check the scheduler "
-                f"for an object named {_name(p.job.job_id)}, and if there is none, abandon "
-                f"attempt {sub.number}/{attempt.attempt}",
-            )
+            if p.job.escalation(escalation_id) is None and p.due(due):
+                p.escalate(
+                    escalation_id,
+                    f"launch {sub.number}/{attempt.attempt} has an unknown outcome since "
+                    f"{_iso(attempt.intended_at)}{_words(attempt.detail)}; check the "
+                    f"scheduler for an object named {_name(p.job.job_id)}, and if there is "
+                    f"none, abandon attempt {sub.number}/{attempt.attempt}",
+                )
 
 
 # -- 8. gates ---------------------------------------------------------------------------------
@@ -1580,8 +1581,7 @@ def _stop_overdue(p: _Pass) -> None:
         if p.job.escalation(escalation_id) is not None:
             continue
         due = first + deadline
-        if p.now < due:
-            p.wake(due)
+        if not p.due(due):
             continue
         obs = p.own.get(record.ref)
         shown = (
@@ -1632,8 +1632,7 @@ def _cleanup(p: _Pass) -> None:
         return
     start = job.cancel_requested_at or job.outcome_at
     due = start + timedelta(seconds=job.spec.cleanup_deadline_s)
-    if p.now < due:
-        p.wake(due)
+    if not p.due(due):
         return
     alive = [str(o.ref) for o in p.own.values() if o.alive]
     unconfirmed = _unshown_unended(p)

@@ -30,7 +30,7 @@ import contextlib
 import dataclasses
 import secrets
 from types import TracebackType
-from typing import Generic, Self, TypeVar
+from typing import Generic, Protocol, Self, TypeVar
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -71,7 +71,44 @@ class _FreshlyNamedReset(JetStreamContext._JSI):
 T = TypeVar("T")
 
 
-class OrderedFeed:
+class _Subscription(Protocol):
+    async def unsubscribe(self) -> None: ...
+
+
+async def unsubscribe_quietly(nc: NATS, sub: _Subscription | None, *also: type[Exception]) -> None:
+    """Delete `sub`, if any, while `nc` is open: a closed connection has already dropped it,
+    and a NATS error (or one of `also`) from a subscription already gone is ignored."""
+    if sub is not None and not nc.is_closed:
+        with contextlib.suppress(NatsError, *also):
+            await sub.unsubscribe()
+
+
+class StartedFeed:
+    """A feed used as an async context manager: entering it calls `start`, leaving it
+    `aclose`, both defined by subclasses."""
+
+    async def start(self) -> None:
+        """Begin following (create or bind the consumer)."""
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Stop following. Safe to call twice."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class OrderedFeed(StartedFeed):
     """Messages of `stream` matching `filter_subject`, in stream order, until closed."""
 
     def __init__(
@@ -192,24 +229,10 @@ class OrderedFeed:
         """Stop following and delete the subscription. Safe to call twice."""
         self._closed = True
         sub, self._sub = self._sub, None
-        if sub is not None and not self._nc.is_closed:
-            with contextlib.suppress(NatsError):
-                await sub.unsubscribe()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
+        await unsubscribe_quietly(self._nc, sub)
 
 
-class MessageFeed(Generic[T]):
+class MessageFeed(StartedFeed, Generic[T]):
     """An `OrderedFeed` as an async iterator (and async context manager) of `T`: each
     message is turned into an item by `item`, which subclasses define."""
 
@@ -221,12 +244,9 @@ class MessageFeed(Generic[T]):
         """The item of one message."""
         raise NotImplementedError
 
-    async def __aenter__(self) -> Self:
+    async def start(self) -> None:
+        """Start the ordered feed (as entering the context does)."""
         await self._feed.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self._feed.aclose()
 
     async def aclose(self) -> None:
         """Stop the feed. Safe to call twice."""

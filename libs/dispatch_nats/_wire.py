@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -31,6 +30,7 @@ from nats.errors import (
 )
 from nats.errors import Error as NatsError
 
+from dispatch_nats._feed import unsubscribe_quietly
 from dispatch_nats.errors import (
     JetStreamApiError,
     PayloadTooLarge,
@@ -126,9 +126,7 @@ class Wire:
     async def close(self) -> None:
         """Drop the reply subscription (waiting requests time out). Safe to call twice."""
         sub, self._sub, self._prefix = self._sub, None, ""
-        if sub is not None and not self._nc.is_closed:
-            with contextlib.suppress(NatsError):
-                await sub.unsubscribe()
+        await unsubscribe_quietly(self._nc, sub)
 
     async def _on_reply(self, msg: Msg) -> None:
         waiter = self._pending.get(msg.subject)

@@ -19,7 +19,6 @@ import logging
 import random
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from types import TracebackType
 from typing import Any, Final, Self
 
 from nats.aio.client import Client as NATS
@@ -30,6 +29,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.client import JetStreamContext
 
 from dispatch_core.backoff import Backoff
+from dispatch_nats._feed import StartedFeed, unsubscribe_quietly
 from dispatch_nats._wire import Wire
 from dispatch_nats.contract import _validate_token
 from dispatch_nats.errors import (
@@ -128,7 +128,7 @@ class Delivery:
         return f"Delivery(subject={self.subject!r}, seq={self.seq}, n={self.num_delivered})"
 
 
-class SharedFeed:
+class SharedFeed(StartedFeed):
     """Deliveries from one durable pull consumer, shared with every other holder of its name."""
 
     def __init__(
@@ -234,9 +234,7 @@ class SharedFeed:
         finally:
             await wire.close()
         old, self._sub = self._sub, None
-        if old is not None and not self._nc.is_closed:
-            with contextlib.suppress(NatsError, ValueError):
-                await old.unsubscribe()
+        await unsubscribe_quietly(self._nc, old, ValueError)
         try:
             self._sub = await self._js.pull_subscribe_bind(
                 durable=self._durable, stream=self._stream
@@ -352,18 +350,4 @@ class SharedFeed:
         self._closed = True
         sub, self._sub = self._sub, None
         self._buffer = []
-        if sub is not None and not self._nc.is_closed:
-            with contextlib.suppress(NatsError, ValueError):
-                await sub.unsubscribe()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
+        await unsubscribe_quietly(self._nc, sub, ValueError)

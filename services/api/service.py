@@ -21,7 +21,7 @@ from services.api.operations import Operations
 from services.api.output import OutputClient
 from services.common.config import ConfigError
 from services.common.http import start_http
-from services.common.lifecycle import connect_nats, drain, ensure_streams_until
+from services.common.lifecycle import open_nats
 
 __all__ = ["run"]
 
@@ -72,11 +72,16 @@ async def run(
     ready = asyncio.Event()
     layout = Layout(namespace=cfg.namespace)
     async with contextlib.AsyncExitStack() as stack:
-        nc = await connect_nats(cfg, stop, name="dispatch-api")
+        nc = await open_nats(
+            stack,
+            cfg,
+            stop,
+            name="dispatch-api",
+            replicas=cfg.stream_replicas,
+            layout=layout,
+            drain_s=cfg.shutdown_grace_s,
+        )
         if nc is None:
-            return
-        stack.push_async_callback(drain, nc, cfg.shutdown_grace_s)
-        if not await ensure_streams_until(nc, stop, cfg.stream_replicas, layout=layout):
             return
         records = RecordStore(nc, writer=WriterKind.API, layout=layout)
         stack.push_async_callback(records.aclose)

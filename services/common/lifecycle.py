@@ -10,7 +10,7 @@ import os
 import random
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Final, Protocol, TypeVar
 
 import nats
@@ -24,9 +24,11 @@ from services.common.nats_settings import NatsSettings, nats_options, redact_url
 
 __all__ = [
     "START_BACKOFF",
+    "closing_on_stop",
     "connect_nats",
     "drain",
     "ensure_streams_until",
+    "open_nats",
     "retry_until_stopped",
     "run_until_stopped",
     "server_list",
@@ -110,15 +112,7 @@ async def connect_nats(settings: NatsSettings, stop: asyncio.Event, *, name: str
                 **_CONNECT_OPTIONS,
             )
         )
-        stopping = asyncio.ensure_future(stop.wait())
-        try:
-            await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopping.cancel()
-        if not connecting.done():
-            connecting.cancel()
-            with contextlib.suppress(BaseException):
-                await connecting
+        if not await _done_before_stop(connecting, stop):
             await _close_quietly(nc)
             return None
         err = connecting.exception()
@@ -130,6 +124,22 @@ async def connect_nats(settings: NatsSettings, stop: asyncio.Event, *, name: str
         log.warning("nats.connect_failed", extra={"servers": shown, "error": repr(err)})
         await wait_or_stop(stop, next(delays))
     return None
+
+
+async def _done_before_stop(work: asyncio.Future[Any], stop: asyncio.Event) -> bool:
+    """Wait until ``work`` is done or ``stop`` is set, whichever comes first; if ``stop``
+    does, cancel ``work`` and wait for it to end, and return False."""
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if work.done():
+        return True
+    work.cancel()
+    with contextlib.suppress(BaseException):
+        await work
+    return False
 
 
 async def _close_quietly(nc: NATS) -> None:
@@ -154,15 +164,7 @@ async def retry_until_stopped(
     delays = START_BACKOFF.delays(random.random)
     while not stop.is_set():
         task = asyncio.ensure_future(attempt())
-        stopping = asyncio.ensure_future(stop.wait())
-        try:
-            await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopping.cancel()
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+        if not await _done_before_stop(task, stop):
             return None
         err = task.exception()
         if err is None:
@@ -196,6 +198,64 @@ async def ensure_streams_until(
         return True
 
     return bool(await retry_until_stopped(stop, "streams.ensure", attempt))
+
+
+async def open_nats(
+    stack: contextlib.AsyncExitStack,
+    settings: NatsSettings,
+    stop: asyncio.Event,
+    *,
+    name: str,
+    replicas: int,
+    layout: Layout,
+    drain_s: float = 5.0,
+) -> NATS | None:
+    """Connect to NATS and make sure the streams exist, as every service starts.
+
+    ``connect_nats`` then ``ensure_streams_until``, each retried until it succeeds or
+    ``stop`` is set; the connection's ``drain`` (at most ``drain_s`` seconds) is pushed on
+    ``stack`` as soon as it is up, so it is drained however the service ends.
+
+    Returns:
+        The connection, with the streams there; None if ``stop`` was set first.
+
+    Raises:
+        ConfigError: a credentials or TLS file can't be read any more.
+        StreamConfigConflict: a stream contradicts the contract (a deployment error).
+        JetStreamApiError: JetStream refused a request for good.
+    """
+    nc = await connect_nats(settings, stop, name=name)
+    if nc is None:
+        return None
+    stack.push_async_callback(drain, nc, drain_s)
+    if not await ensure_streams_until(nc, stop, replicas, layout=layout):
+        return None
+    return nc
+
+
+class _Closable(Protocol):
+    async def aclose(self) -> None: ...
+
+
+@contextlib.asynccontextmanager
+async def closing_on_stop(feed: _Closable, stop: asyncio.Event) -> AsyncIterator[None]:
+    """While the block runs, close ``feed`` as soon as ``stop`` is set, so that a loop
+    waiting on it ends promptly instead of at its next message.
+
+    The closing task runs in a task group with the block: an error of either cancels the
+    other and leaves as an ``ExceptionGroup``.
+    """
+
+    async def close() -> None:
+        await stop.wait()
+        await feed.aclose()
+
+    async with asyncio.TaskGroup() as tg:
+        closer = tg.create_task(close())
+        try:
+            yield
+        finally:
+            closer.cancel()
 
 
 async def _disconnected() -> None:

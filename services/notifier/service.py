@@ -85,9 +85,7 @@ from services.common.clock import Clock, utcnow
 from services.common.http import health_app, start_http
 from services.common.lifecycle import (
     START_BACKOFF,
-    connect_nats,
-    drain,
-    ensure_streams_until,
+    open_nats,
     wait_or_stop,
 )
 from services.common.logs import JobLogger
@@ -738,11 +736,10 @@ async def run(
         )
         stack.push_async_callback(runner.cleanup)
         log.info("http.listening", extra={"host": cfg.http_host, "port": port})
-        nc = await connect_nats(cfg, stop, name="dispatch-notifier")
+        nc = await open_nats(
+            stack, cfg, stop, name="dispatch-notifier", replicas=cfg.stream_replicas, layout=layout
+        )
         if nc is None:
-            return
-        stack.push_async_callback(drain, nc)
-        if not await ensure_streams_until(nc, stop, cfg.stream_replicas, layout=layout):
             return
         store = RecordStore(nc, writer=WriterKind.NOTIFIER, layout=layout)
         stack.push_async_callback(store.aclose)

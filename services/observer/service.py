@@ -62,9 +62,7 @@ from dispatch_nats import LatestStore, Layout, NatsStoreError, RecordStore, Stre
 from services.common.clock import utcnow
 from services.common.http import health_app, start_http
 from services.common.lifecycle import (
-    connect_nats,
-    drain,
-    ensure_streams_until,
+    open_nats,
     retry_until_stopped,
     run_until_stopped,
 )
@@ -470,11 +468,11 @@ async def run(
             called = on_http(port)
             if called is not None:
                 await called
-        nc = await connect_nats(cfg, stop, name=f"dispatch-observer-{backend.cluster}")
+        name = f"dispatch-observer-{backend.cluster}"
+        nc = await open_nats(
+            stack, cfg, stop, name=name, replicas=cfg.stream_replicas, layout=layout
+        )
         if nc is None:
-            return
-        stack.push_async_callback(drain, nc)
-        if not await ensure_streams_until(nc, stop, cfg.stream_replicas, layout=layout):
             return
         discoveries = LatestStore(
             nc,

@@ -12,6 +12,7 @@ its Status or that has not settled.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
@@ -43,6 +44,7 @@ from dispatch_nats.contract import MSG_ID_HEADER, WAKE_AT_HEADER
 from services.common.clock import utcnow
 from services.common.lifecycle import (
     START_BACKOFF,
+    closing_on_stop,
     retry_until_stopped,
     run_until_stopped,
     wait_or_stop,
@@ -157,34 +159,32 @@ class Replica:
 
     def _feeds(self) -> list[tuple[Source, SharedFeed]]:
         cfg = self._cfg
-        work = SharedFeed(
+        layout = self._layout
+        # What every replica's durables share: headers only, the replica's ack wait, batch
+        # and pending bound.
+        shared = functools.partial(
+            SharedFeed,
             self._nc,
-            stream=self._layout.work_stream,
-            durable=f"{cfg.durable}-work",
-            filter_subject=self._layout.work_filter,
-            job_of=self._layout.job_id_from_work_subject,
-            api_prefix=self._layout.api_prefix,
+            api_prefix=layout.api_prefix,
             ack_wait_s=cfg.ack_wait_s,
             max_ack_pending=_MAX_ACK_PENDING,
             batch=cfg.fetch_batch,
             headers_only=True,
+        )
+        work = shared(
+            stream=layout.work_stream,
+            durable=f"{cfg.durable}-work",
+            filter_subject=layout.work_filter,
+            job_of=layout.job_id_from_work_subject,
             from_start=True,
         )
         # The supervisor's own appends are not consumed at all (the writer kind is the
         # record subject's last token): see "the echo rule" in Scheduler.
-        records = SharedFeed(
-            self._nc,
-            stream=self._layout.record_stream,
+        records = shared(
+            stream=layout.record_stream,
             durable=f"{cfg.durable}-record",
-            filter_subject=[
-                self._layout.record_writer_filter(w) for w in WriterKind if w not in _OWN
-            ],
-            job_of=self._layout.job_id_from_record_subject,
-            api_prefix=self._layout.api_prefix,
-            ack_wait_s=cfg.ack_wait_s,
-            max_ack_pending=_MAX_ACK_PENDING,
-            batch=cfg.fetch_batch,
-            headers_only=True,
+            filter_subject=[layout.record_writer_filter(w) for w in WriterKind if w not in _OWN],
+            job_of=layout.job_id_from_record_subject,
             from_start=False,
             timeout_s=cfg.store_timeout_s,
         )
@@ -211,42 +211,34 @@ class Replica:
         re-created yet) never ends the replica: the feed is started again after a pause.
         """
 
-        async def close_on_stop() -> None:
-            await stop.wait()
-            await feed.aclose()
-
-        async with asyncio.TaskGroup() as tg:
-            closer = tg.create_task(close_on_stop())
-            try:
-                delays = START_BACKOFF.delays(random.random)
-                while not stop.is_set():
-                    try:
-                        delivery = await anext(feed)
-                    except StopAsyncIteration:
+        async with closing_on_stop(feed, stop):
+            delays = START_BACKOFF.delays(random.random)
+            while not stop.is_set():
+                try:
+                    delivery = await anext(feed)
+                except StopAsyncIteration:
+                    break
+                except NatsStoreError as err:
+                    if stop.is_set():
                         break
-                    except NatsStoreError as err:
-                        if stop.is_set():
-                            break
-                        if not err.retryable and not isinstance(err, JetStreamApiError):
-                            raise
-                        delay = next(delays)
-                        log.warning(
-                            "supervisor.feed_failed",
-                            extra={"source": source, "error": str(err), "retry_in_s": delay},
-                        )
-                        if await wait_or_stop(stop, delay):
-                            break
-                        await retry_until_stopped(stop, f"supervisor.{source}_feed", feed.start)
-                        continue
-                    delays = START_BACKOFF.delays(random.random)
-                    self._metrics.deliveries.labels(source).inc()
-                    if source == "discovery":
-                        self.discoveries.keep(delivery)
-                    elif source == "record":
-                        self.executor.note_appended(delivery.job_id, delivery.seq)
-                    await self.scheduler.wake(delivery.job_id, delivery, source)
-            finally:
-                closer.cancel()
+                    if not err.retryable and not isinstance(err, JetStreamApiError):
+                        raise
+                    delay = next(delays)
+                    log.warning(
+                        "supervisor.feed_failed",
+                        extra={"source": source, "error": str(err), "retry_in_s": delay},
+                    )
+                    if await wait_or_stop(stop, delay):
+                        break
+                    await retry_until_stopped(stop, f"supervisor.{source}_feed", feed.start)
+                    continue
+                delays = START_BACKOFF.delays(random.random)
+                self._metrics.deliveries.labels(source).inc()
+                if source == "discovery":
+                    self.discoveries.keep(delivery)
+                elif source == "record":
+                    self.executor.note_appended(delivery.job_id, delivery.seq)
+                await self.scheduler.wake(delivery.job_id, delivery, source)
 
     async def follow_statuses(self, stop: asyncio.Event) -> None:
         """Follow every job's Status: deadlines, the status cache, jobs by state.
@@ -267,22 +259,13 @@ class Replica:
                 await wait_or_stop(stop, delay)
 
     async def _follow_statuses(self, stop: asyncio.Event) -> None:
-        async with self.statuses.watch(()) as feed:
-
-            async def close_on_stop() -> None:
-                await stop.wait()
-                await feed.aclose()
-
-            async with asyncio.TaskGroup() as tg:
-                closer = tg.create_task(close_on_stop())
-                try:
-                    async for entry in feed:
-                        self.note_status(entry)
-                except NatsStoreError:
-                    if not stop.is_set():
-                        raise
-                finally:
-                    closer.cancel()
+        async with self.statuses.watch(()) as feed, closing_on_stop(feed, stop):
+            try:
+                async for entry in feed:
+                    self.note_status(entry)
+            except NatsStoreError:
+                if not stop.is_set():
+                    raise
 
     def note_status(self, entry: LatestEntry) -> None:
         """Take note of one Status from the stream."""

@@ -32,9 +32,7 @@ from dispatch_nats import (
 from services.common.clock import utcnow
 from services.common.http import health_app, start_http
 from services.common.lifecycle import (
-    connect_nats,
-    drain,
-    ensure_streams_until,
+    open_nats,
 )
 from services.supervisor.config import NOTIFIER, SupervisorConfig
 from services.supervisor.deadlines import Deadlines
@@ -127,11 +125,11 @@ async def run(
         stack.push_async_callback(runner.cleanup)
         if on_http is not None:
             on_http(port)
-        nc = await connect_nats(cfg, stop, name="dispatch-supervisor")
+        name = "dispatch-supervisor"
+        nc = await open_nats(
+            stack, cfg, stop, name=name, replicas=cfg.stream_replicas, layout=layout
+        )
         if nc is None:
-            return
-        stack.push_async_callback(drain, nc)
-        if not await ensure_streams_until(nc, stop, cfg.stream_replicas, layout=layout):
             return
         replica = Replica(
             nc, layout=layout, backends=backends, metrics=metrics, cfg=cfg, deliver=deliver

@@ -313,7 +313,6 @@ class KubeflowBackend:
                 changing for every try.
         """
         namespace, name = self._split(ref)
-        group, version, plural = TRAINER
         last_rv: str | None = None
         last_error: ApiException | None = None
         for _ in range(_OPEN_GATE_TRIES):
@@ -327,17 +326,7 @@ class KubeflowBackend:
             if patch is None:
                 return
             try:
-                await self._call(
-                    self._custom.patch_namespaced_custom_object,
-                    group,
-                    version,
-                    namespace,
-                    plural,
-                    name,
-                    patch,
-                    _content_type=_JSON_PATCH,
-                    _request_timeout=self._settings.request_timeout_s,
-                )
+                await self._patch(TRAINER, namespace, name, patch, _JSON_PATCH)
             except ApiException as err:
                 if err.status in (409, 422):
                     last_error = err  # the gates (or the object) changed since read: read again
@@ -698,28 +687,11 @@ class KubeflowBackend:
                 JOBSET_NAME_LABEL,
                 Job,
             )
-            group, version, plural = JOBSET
-            self._add(
-                "jobsets",
-                namespace,
-                functools.partial(
-                    custom.list_namespaced_custom_object, group, version, namespace, plural
-                ),
-                None,
-                JobSet,
-            )
+            self._add("jobsets", namespace, _lister(custom, JOBSET, namespace), None, JobSet)
             if settings.gate is GateMode.KUEUE:
                 _, _, custom2 = self._watch_apis()
-                group, version, plural = WORKLOAD
-                self._add(
-                    "workloads",
-                    namespace,
-                    functools.partial(
-                        custom2.list_namespaced_custom_object, group, version, namespace, plural
-                    ),
-                    None,
-                    Workload,
-                )
+                lister = _lister(custom2, WORKLOAD, namespace)
+                self._add("workloads", namespace, lister, None, Workload)
         core, _, _ = self._watch_apis()
         self._add("nodes", "", core.list_node, None, Node)
         for reflector in self._reflectors.values():
@@ -881,6 +853,30 @@ class KubeflowBackend:
         ``_preload_content=False`` answers.)"""
         async with self._semaphore:
             return await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def _patch(
+        self,
+        kind: tuple[str, str, str],
+        namespace: str,
+        name: str,
+        body: object,
+        content_type: str = _MERGE_PATCH,
+    ) -> None:
+        """Patch the custom object ``name`` of ``kind`` (``(group, version, plural)``, e.g.
+        ``TRAINER``) in ``namespace`` with ``body``, a merge patch unless ``content_type``
+        says otherwise; the client's errors are the caller's to translate."""
+        group, version, plural = kind
+        await self._call(
+            self._custom.patch_namespaced_custom_object,
+            group,
+            version,
+            namespace,
+            plural,
+            name,
+            body,
+            _content_type=content_type,
+            _request_timeout=self._settings.request_timeout_s,
+        )
 
     def _error(self, what: str, err: ApiException | urllib3.exceptions.HTTPError) -> BackendError:
         """Translate a client error: unreachable when the server could not answer (no
@@ -1048,55 +1044,22 @@ class KubeflowBackend:
         raised: the snapshot is already right, and the write is retried next time."""
         meta = trainjob.get("metadata") or {}
         namespace, name = str(meta.get("namespace")), str(meta.get("name"))
-        group, version, plural = TRAINER
         try:
             match chore:
                 case Housekeeping.RECORD:
-                    await self._call(
-                        self._custom.patch_namespaced_custom_object,
-                        group,
-                        version,
-                        namespace,
-                        plural,
-                        name,
-                        {
-                            "metadata": {
-                                "annotations": {ANNOTATION_OBSERVED: encode_observed(memory)}
-                            }
-                        },
-                        _content_type=_MERGE_PATCH,
-                        _request_timeout=self._settings.request_timeout_s,
+                    annotations = {ANNOTATION_OBSERVED: encode_observed(memory)}
+                    await self._patch(
+                        TRAINER, namespace, name, {"metadata": {"annotations": annotations}}
                     )
                 case Housekeeping.SUSPEND:
-                    await self._call(
-                        self._custom.patch_namespaced_custom_object,
-                        group,
-                        version,
-                        namespace,
-                        plural,
-                        name,
-                        {"spec": {"suspend": True}},
-                        _content_type=_MERGE_PATCH,
-                        _request_timeout=self._settings.request_timeout_s,
-                    )
+                    await self._patch(TRAINER, namespace, name, {"spec": {"suspend": True}})
                     log.warning(
                         "kubeflow.trainjob.revived",
                         extra={"namespace": namespace, "trainjob": name},
                     )
                 case Housekeeping.DEACTIVATE:
-                    wl_group, wl_version, wl_plural = WORKLOAD
                     wl_name = workload.metadata.name if workload is not None else "None"
-                    await self._call(
-                        self._custom.patch_namespaced_custom_object,
-                        wl_group,
-                        wl_version,
-                        namespace,
-                        wl_plural,
-                        wl_name,
-                        {"spec": {"active": False}},
-                        _content_type=_MERGE_PATCH,
-                        _request_timeout=self._settings.request_timeout_s,
-                    )
+                    await self._patch(WORKLOAD, namespace, wl_name, {"spec": {"active": False}})
                     log.info(
                         "kubeflow.workload.deactivated",
                         extra={"namespace": namespace, "workload": wl_name, "trainjob": name},
@@ -1144,6 +1107,14 @@ class _Index:
         self.jobs: dict[tuple[str, str], list[Job]] = defaultdict(list)
         self.workloads: dict[str, Workload] = {}
         self.nodes: dict[str, NodeFacts] = {}
+
+
+def _lister(custom: Any, kind: tuple[str, str, str], namespace: str) -> Callable[..., Any]:
+    """The list call of the custom objects of ``kind`` (``(group, version, plural)``) in
+    ``namespace``, on the ``CustomObjectsApi`` ``custom``, for a watch to call."""
+    group, version, plural = kind
+    list_fn = custom.list_namespaced_custom_object
+    return functools.partial(list_fn, group, version, namespace, plural)
 
 
 def _confirmed_finished(pod: PodFacts) -> bool:
