@@ -151,14 +151,14 @@ class ActorKind(enum.StrEnum):
     SERVICE = "service"
 
 
-class Actor(msgspec.Struct, frozen=True, kw_only=True):
+class Actor(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Who did something: a person cancelling, a supervisor holding, a uid in Slurm's words."""
 
     name: str
     kind: ActorKind
 
 
-class Cause(msgspec.Struct, frozen=True, kw_only=True):
+class Cause(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Why a job or an object is in its state (seed 000, "State and cause").
 
     Attributes:
@@ -179,7 +179,7 @@ class Cause(msgspec.Struct, frozen=True, kw_only=True):
     at: UtcDatetime | None = None
 
 
-class ObjectRef(msgspec.Struct, frozen=True, kw_only=True):
+class ObjectRef(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A scheduler object: a Slurm job, a Kubeflow TrainJob, a local process group.
 
     Attributes:
@@ -222,7 +222,7 @@ class GateState(enum.StrEnum):
     ADMIN_HELD = "admin-held"
 
 
-class Execution(msgspec.Struct, frozen=True, kw_only=True):
+class Execution(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One earlier execution of an object that lives on (a native requeue or restart).
 
     Attributes:
@@ -236,7 +236,7 @@ class Execution(msgspec.Struct, frozen=True, kw_only=True):
     nodes: tuple[str, ...] = ()
 
 
-class ObservedObject(msgspec.Struct, frozen=True, kw_only=True):
+class ObservedObject(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What a backend shows of one of dispatch's objects (seed 000, "Where the state comes from").
 
     Adapters report this and never compute a job's state.
@@ -279,7 +279,7 @@ class ObservedObject(msgspec.Struct, frozen=True, kw_only=True):
         return self.phase is not ObjectPhase.ENDED
 
 
-class Discovery(msgspec.Struct, frozen=True, kw_only=True):
+class Discovery(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What one backend shows now of one job's objects (DESIGN.md section 3).
 
     Gone is not ended (issue 15): an object the scheduler stops listing is looked up where
@@ -322,7 +322,7 @@ class Discovery(msgspec.Struct, frozen=True, kw_only=True):
         return cluster == self.cluster or cluster in self.merged
 
 
-class Publications(msgspec.Struct, frozen=True, kw_only=True):
+class Publications(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What a job's ``pub/`` listing showed (seed 004: "The latest checkpoint is the entry with
     the greatest epoch, then step, found by listing pub/"). Only the listing is read, never
     the checkpoint itself.
@@ -356,7 +356,7 @@ class Enforcer(enum.StrEnum):
     BACKEND = "backend"
 
 
-class Declarations(msgspec.Struct, frozen=True, kw_only=True):
+class Declarations(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What a backend declares about itself (seed 000, "The node-loss fence").
 
     Attributes:
@@ -381,7 +381,9 @@ class Declarations(msgspec.Struct, frozen=True, kw_only=True):
     idempotent_start: bool = False
 
 
-class SharedCheckpoint(msgspec.Struct, frozen=True, kw_only=True, tag="shared-checkpoint"):
+class SharedCheckpoint(
+    msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="shared-checkpoint"
+):
     """The job shares a mutable checkpoint and can't write per execution (seed 004, "When a
     job can't isolate"): every recovery rule becomes a 24 h hold, shown in the plan."""
 
@@ -404,7 +406,7 @@ class UnknownLaunchPolicy(enum.StrEnum):
     RELAUNCH = "relaunch"
 
 
-class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
+class JobSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What to run, where, and the job's own limits.
 
     Attributes:
@@ -458,7 +460,7 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
         return any(isinstance(e, SharedCheckpoint) for e in self.extensions)
 
 
-class RecoveryRule(msgspec.Struct, frozen=True, kw_only=True):
+class RecoveryRule(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One recovery rule: which causes it covers and what it does (seed 000).
 
     Attributes:
@@ -500,13 +502,13 @@ class RecoveryRule(msgspec.Struct, frozen=True, kw_only=True):
     wait_s: float | None = None
 
 
-class RecoveryPolicy(msgspec.Struct, frozen=True, kw_only=True):
+class RecoveryPolicy(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The job's recovery rules; ``validate`` refuses an illegal one."""
 
     rules: tuple[RecoveryRule, ...] = ()
 
 
-class Substitution(msgspec.Struct, frozen=True, kw_only=True):
+class Substitution(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A rule the plan changed before the job starts, and why (seed 004, shared checkpoints).
 
     Attributes:
@@ -522,7 +524,7 @@ class Substitution(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
 
 
-class PlannedRule(msgspec.Struct, frozen=True, kw_only=True):
+class PlannedRule(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A rule as the plan applies it.
 
     Attributes:
@@ -562,7 +564,7 @@ class PlannedRule(msgspec.Struct, frozen=True, kw_only=True):
         return self.free_if_progress or self.max_without_progress is not None
 
 
-class Plan(msgspec.Struct, frozen=True, kw_only=True):
+class Plan(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """How a job will be recovered, shown before it starts (seed 000, "Recovery rules").
 
     Attributes:

@@ -67,7 +67,7 @@ __all__ = [
 ]
 
 
-class Decision(msgspec.Struct, frozen=True, kw_only=True):
+class Decision(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """An event a pass decides, committed (all of a pass's decisions or none) before any
     action is carried out.
 
@@ -80,7 +80,7 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     event: JobEvent
 
 
-class Fact(msgspec.Struct, frozen=True, kw_only=True):
+class Fact(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """An event recording what an action found, appended over whatever the record holds.
 
     Attributes:
@@ -93,7 +93,7 @@ class Fact(msgspec.Struct, frozen=True, kw_only=True):
     event: JobEvent
 
 
-class PassPlan(msgspec.Struct, frozen=True, kw_only=True):
+class PassPlan(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Everything one supervisor pass does, decided before any of it is carried out.
 
     Attributes:
@@ -126,7 +126,7 @@ class PassPlan(msgspec.Struct, frozen=True, kw_only=True):
     wake_at: UtcDatetime | None
 
 
-class Conclusion(msgspec.Struct, frozen=True, kw_only=True):
+class Conclusion(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What a pass leaves to do once its actions' facts are appended.
 
     Attributes:
@@ -285,26 +285,26 @@ def is_redundant(job: Job, event: JobEvent) -> bool:
 # -- launch outcomes ----------------------------------------------------------------------------
 
 
-class Started(msgspec.Struct, frozen=True, kw_only=True):
+class Started(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The backend's start made ``ref``."""
 
     ref: ObjectRef
 
 
-class StartRefused(msgspec.Struct, frozen=True, kw_only=True):
+class StartRefused(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The scheduler refused the launch (nothing was made)."""
 
     detail: str
 
 
-class StartUnknown(msgspec.Struct, frozen=True, kw_only=True):
+class StartUnknown(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The start's outcome is unknown: an object may exist (the backend said so, or the
     start failed in a way it did not classify: DESIGN.md section 5, never assumed failed)."""
 
     detail: str
 
 
-class StartUnreachable(msgspec.Struct, frozen=True, kw_only=True):
+class StartUnreachable(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The scheduler could not be reached, and nothing was created (the Backend Protocol's
     promise), for as long as :class:`StartRetry` allowed."""
 
@@ -318,7 +318,7 @@ StartFailed: TypeAlias = StartRefused | StartUnknown | StartUnreachable
 """A start that made nothing known."""
 
 
-class StartRetry(msgspec.Struct, frozen=True, kw_only=True):
+class StartRetry(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The unknown-launch policy of a start the scheduler could not be reached for: the
     same start is tried again (nothing was created) with ``backoff`` between tries, until
     ``retry_s`` seconds have passed since the first; then its outcome is recorded unknown
