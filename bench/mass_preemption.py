@@ -15,6 +15,12 @@ against a private nats-server, as deployed.
 
     python bench/mass_preemption.py [--jobs 1000] [--replicas 1] [--poll-interval 1.0]
                                     [--concurrency 128]
+    python bench/mass_preemption.py --scheduler synthetic [--jobs 10000] [--profile FILE]
+                                    [--gc service|default]
+
+With ``--scheduler synthetic`` the supervisor runs in this process, which first takes the
+services' GC policy (``services.common.lifecycle.tune_gc``, as ``service_main`` does) unless
+``--gc default``; "gc_cpu_s" is the collector's CPU time by the thread that triggered it.
 
 The last line is one JSON object: {"jobs", "all_resubmitted_s"} (target <= 10 s on 2 cores),
 with "all_seen_ended_s" (the observer published every preempted object's end),
