@@ -4,12 +4,6 @@ Everything that decides what a training job *is* and what to *do* next: the doma
 the record's events, ``fold`` (record -> Job), ``project`` (Job + Discovery -> Status), the
 planner, ``decide`` (operator commands), ``validate``/``make_plan`` and the codec. Every
 function is pure: the time is a parameter (``now``), and there is no I/O.
-
-Its Structs are frozen and built from values made before them, so they can't be part of a
-reference cycle: all but ``Job`` (whose ``__dict__`` caches its lookups) are declared
-``gc=False``, untracked by the garbage collector (issue 11: a pass makes many of them, and
-each tracked one counted toward, and was walked by, the next collection).
-``tests/unit/core/test_untracked.py`` checks that every field keeps that true.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ __all__ = ["Backoff"]
 _MAX_EXPONENT: Final = 62  # 2**62 times any base is past any cap; keeps the float finite
 
 
-class Backoff(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Backoff(msgspec.Struct, frozen=True, kw_only=True):
     """Delays of ``base_s * 2**(n-1)`` before retry ``n``, at most ``max_s``, each shortened
     by up to ``jitter`` of itself so that many escalations failing together spread out.
 

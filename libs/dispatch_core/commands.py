@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 
-class Command(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag_field="command"):
+class Command(msgspec.Struct, frozen=True, kw_only=True, tag_field="command"):
     """Base of every command.
 
     Attributes:

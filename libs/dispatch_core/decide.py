@@ -69,7 +69,7 @@ _JOB_ID_RULE = (
 )
 
 
-class OptionRefused(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class OptionRefused(msgspec.Struct, frozen=True, kw_only=True):
     """An option of the job's spec that its backend refuses now (the caller asks the
     backend's pure option check; the core can't): a ``Supersede`` is refused for it, since
     the new job keeps the spec and could only fail at launch.

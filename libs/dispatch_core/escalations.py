@@ -87,7 +87,7 @@ class Severity(enum.StrEnum):
     INFO = "info"
 
 
-class EscalationInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class EscalationInfo(msgspec.Struct, frozen=True, kw_only=True):
     """What one kind of escalation is, and how a person answers it.
 
     Attributes:

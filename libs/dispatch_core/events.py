@@ -118,7 +118,7 @@ class HoldHow(enum.StrEnum):
     """A recovery hold replaced the actor hold in force."""
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag_field="type"):
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     """Base of every record event.
 
     Attributes:
@@ -425,7 +425,7 @@ class GaveUp(Event, frozen=True, kw_only=True, tag="give-up"):
     reason: str
 
 
-class AbandonTarget(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class AbandonTarget(msgspec.Struct, frozen=True, kw_only=True):
     """What ``abandon`` closes (seed 002).
 
     Exactly one of: ``submission`` alone (an all-unknown submission), ``submission`` and

@@ -213,7 +213,7 @@ class LaunchOutcome(enum.StrEnum):
     ABANDONED = "abandoned"
 
 
-class Attempt(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Attempt(msgspec.Struct, frozen=True, kw_only=True):
     """One launch attempt of a submission.
 
     Attributes:
@@ -236,7 +236,7 @@ class Attempt(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     unknown_at: UtcDatetime | None = None
 
 
-class Submission(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Submission(msgspec.Struct, frozen=True, kw_only=True):
     """One submission of the job: N, why it was opened, and its launch attempts.
 
     ``cluster`` is the cluster it runs on when that is not ``spec.cluster`` (a failover,
@@ -251,7 +251,7 @@ class Submission(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     cluster: str | None = None
 
 
-class ObjectRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class ObjectRecord(msgspec.Struct, frozen=True, kw_only=True):
     """What the record holds about one of dispatch's objects.
 
     Attributes:
@@ -298,7 +298,7 @@ class ObjectRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     no_capacity_since: UtcDatetime | None = None
 
 
-class Recovery(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Recovery(msgspec.Struct, frozen=True, kw_only=True):
     """A committed recovery: which rule spent its budget on which cause."""
 
     at: UtcDatetime
@@ -310,7 +310,7 @@ class Recovery(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Spent nothing of the rule's budget (``free_if_progress``, issue 14)."""
 
 
-class Hold(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Hold(msgspec.Struct, frozen=True, kw_only=True):
     """A hold placed on the job, and its release if it has ended (seed 002)."""
 
     instance: int
@@ -333,7 +333,7 @@ class Hold(msgspec.Struct, frozen=True, kw_only=True, gc=False):
         return self.released_at is None
 
 
-class Escalation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Escalation(msgspec.Struct, frozen=True, kw_only=True):
     """dispatch asking a person to decide something (seed 002).
 
     Attributes:
@@ -351,7 +351,7 @@ class Escalation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     delivered: UtcDatetime | None = None
 
 
-class Transition(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Transition(msgspec.Struct, frozen=True, kw_only=True):
     """A transition committed to the record: a recovery, a hold or release, an outcome.
 
     ``Status.history`` holds these, never "running": whether a job runs is what the
@@ -515,7 +515,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, dict=True):
         return tally_of(self.submissions, submission_kind)
 
 
-class HoldView(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class HoldView(msgspec.Struct, frozen=True, kw_only=True):
     """The hold in force, as a Status shows it (``Status.Hold.Kind`` in seed 002)."""
 
     instance: int
@@ -529,7 +529,7 @@ class HoldView(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     substituted_for: Action | None = None
 
 
-class Status(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Status(msgspec.Struct, frozen=True, kw_only=True):
     """What a caller reads of a job (seed 000, ``Project``).
 
     Attributes:

@@ -151,14 +151,14 @@ class ActorKind(enum.StrEnum):
     SERVICE = "service"
 
 
-class Actor(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Actor(msgspec.Struct, frozen=True, kw_only=True):
     """Who did something: a person cancelling, a supervisor holding, a uid in Slurm's words."""
 
     name: str
     kind: ActorKind
 
 
-class Cause(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Cause(msgspec.Struct, frozen=True, kw_only=True):
     """Why a job or an object is in its state (seed 000, "State and cause").
 
     Attributes:
@@ -179,7 +179,7 @@ class Cause(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     at: UtcDatetime | None = None
 
 
-class ObjectRef(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class ObjectRef(msgspec.Struct, frozen=True, kw_only=True):
     """A scheduler object: a Slurm job, a Kubeflow TrainJob, a local process group.
 
     Attributes:
@@ -222,7 +222,7 @@ class GateState(enum.StrEnum):
     ADMIN_HELD = "admin-held"
 
 
-class Execution(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Execution(msgspec.Struct, frozen=True, kw_only=True):
     """One earlier execution of an object that lives on (a native requeue or restart).
 
     Attributes:
@@ -236,7 +236,7 @@ class Execution(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     nodes: tuple[str, ...] = ()
 
 
-class ObservedObject(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class ObservedObject(msgspec.Struct, frozen=True, kw_only=True):
     """What a backend shows of one of dispatch's objects (seed 000, "Where the state comes from").
 
     Adapters report this and never compute a job's state.
@@ -279,7 +279,7 @@ class ObservedObject(msgspec.Struct, frozen=True, kw_only=True, gc=False):
         return self.phase is not ObjectPhase.ENDED
 
 
-class Discovery(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Discovery(msgspec.Struct, frozen=True, kw_only=True):
     """What one backend shows now of one job's objects (DESIGN.md section 3).
 
     Gone is not ended (issue 15): an object the scheduler stops listing is looked up where
@@ -322,7 +322,7 @@ class Discovery(msgspec.Struct, frozen=True, kw_only=True, gc=False):
         return cluster == self.cluster or cluster in self.merged
 
 
-class Publications(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Publications(msgspec.Struct, frozen=True, kw_only=True):
     """What a job's ``pub/`` listing showed (seed 004: "The latest checkpoint is the entry with
     the greatest epoch, then step, found by listing pub/"). Only the listing is read, never
     the checkpoint itself.
@@ -356,7 +356,7 @@ class Enforcer(enum.StrEnum):
     BACKEND = "backend"
 
 
-class Declarations(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Declarations(msgspec.Struct, frozen=True, kw_only=True):
     """What a backend declares about itself (seed 000, "The node-loss fence").
 
     Attributes:
@@ -381,9 +381,7 @@ class Declarations(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     idempotent_start: bool = False
 
 
-class SharedCheckpoint(
-    msgspec.Struct, frozen=True, kw_only=True, gc=False, tag="shared-checkpoint"
-):
+class SharedCheckpoint(msgspec.Struct, frozen=True, kw_only=True, tag="shared-checkpoint"):
     """The job shares a mutable checkpoint and can't write per execution (seed 004, "When a
     job can't isolate"): every recovery rule becomes a 24 h hold, shown in the plan."""
 
@@ -406,7 +404,7 @@ class UnknownLaunchPolicy(enum.StrEnum):
     RELAUNCH = "relaunch"
 
 
-class JobSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     """What to run, where, and the job's own limits.
 
     Attributes:
@@ -460,7 +458,7 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):
         return any(isinstance(e, SharedCheckpoint) for e in self.extensions)
 
 
-class RecoveryRule(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class RecoveryRule(msgspec.Struct, frozen=True, kw_only=True):
     """One recovery rule: which causes it covers and what it does (seed 000).
 
     Attributes:
@@ -502,13 +500,13 @@ class RecoveryRule(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     wait_s: float | None = None
 
 
-class RecoveryPolicy(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class RecoveryPolicy(msgspec.Struct, frozen=True, kw_only=True):
     """The job's recovery rules; ``validate`` refuses an illegal one."""
 
     rules: tuple[RecoveryRule, ...] = ()
 
 
-class Substitution(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Substitution(msgspec.Struct, frozen=True, kw_only=True):
     """A rule the plan changed before the job starts, and why (seed 004, shared checkpoints).
 
     Attributes:
@@ -524,7 +522,7 @@ class Substitution(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     reason: str
 
 
-class PlannedRule(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class PlannedRule(msgspec.Struct, frozen=True, kw_only=True):
     """A rule as the plan applies it.
 
     Attributes:
@@ -564,7 +562,7 @@ class PlannedRule(msgspec.Struct, frozen=True, kw_only=True, gc=False):
         return self.free_if_progress or self.max_without_progress is not None
 
 
-class Plan(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Plan(msgspec.Struct, frozen=True, kw_only=True):
     """How a job will be recovered, shown before it starts (seed 000, "Recovery rules").
 
     Attributes:

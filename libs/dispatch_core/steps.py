@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 
-class Step(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag_field="step"):
+class Step(msgspec.Struct, frozen=True, kw_only=True, tag_field="step"):
     """Base of every step.
 
     Attributes:
@@ -122,7 +122,7 @@ AnyStep: TypeAlias = Commit | Launch | OpenGate | Stop | AskCessation | Deliver
 subclass, and which mypy can't check for exhaustiveness)."""
 
 
-class Pass(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Pass(msgspec.Struct, frozen=True, kw_only=True):
     """The steps of one supervisor pass.
 
     Attributes:

@@ -67,7 +67,7 @@ __all__ = [
 ]
 
 
-class Decision(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Decision(msgspec.Struct, frozen=True, kw_only=True):
     """An event a pass decides, committed (all of a pass's decisions or none) before any
     action is carried out.
 
@@ -80,7 +80,7 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     event: JobEvent
 
 
-class Fact(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Fact(msgspec.Struct, frozen=True, kw_only=True):
     """An event recording what an action found, appended over whatever the record holds.
 
     Attributes:
@@ -93,7 +93,7 @@ class Fact(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     event: JobEvent
 
 
-class PassPlan(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class PassPlan(msgspec.Struct, frozen=True, kw_only=True):
     """Everything one supervisor pass does, decided before any of it is carried out.
 
     Attributes:
@@ -126,7 +126,7 @@ class PassPlan(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     wake_at: UtcDatetime | None
 
 
-class Conclusion(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Conclusion(msgspec.Struct, frozen=True, kw_only=True):
     """What a pass leaves to do once its actions' facts are appended.
 
     Attributes:
@@ -285,26 +285,26 @@ def is_redundant(job: Job, event: JobEvent) -> bool:
 # -- launch outcomes ----------------------------------------------------------------------------
 
 
-class Started(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Started(msgspec.Struct, frozen=True, kw_only=True):
     """The backend's start made ``ref``."""
 
     ref: ObjectRef
 
 
-class StartRefused(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class StartRefused(msgspec.Struct, frozen=True, kw_only=True):
     """The scheduler refused the launch (nothing was made)."""
 
     detail: str
 
 
-class StartUnknown(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class StartUnknown(msgspec.Struct, frozen=True, kw_only=True):
     """The start's outcome is unknown: an object may exist (the backend said so, or the
     start failed in a way it did not classify: DESIGN.md section 5, never assumed failed)."""
 
     detail: str
 
 
-class StartUnreachable(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class StartUnreachable(msgspec.Struct, frozen=True, kw_only=True):
     """The scheduler could not be reached, and nothing was created (the Backend Protocol's
     promise), for as long as :class:`StartRetry` allowed."""
 
@@ -318,7 +318,7 @@ StartFailed: TypeAlias = StartRefused | StartUnknown | StartUnreachable
 """A start that made nothing known."""
 
 
-class StartRetry(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class StartRetry(msgspec.Struct, frozen=True, kw_only=True):
     """The unknown-launch policy of a start the scheduler could not be reached for: the
     same start is tried again (nothing was created) with ``backoff`` between tries, until
     ``retry_s`` seconds have passed since the first; then its outcome is recorded unknown
