@@ -347,21 +347,34 @@ class PassExecutor:
             The decoded Status, or None if it can't be decoded (logged).
         """
         echo = self._echoes.get(job_id)
+        wake = entry.headers.get(WAKE_AT_HEADER)
+        own: _Echo | None = None
         if echo is not None and entry.seq > echo.expected and not echo.seen.done():
             # The first Status after the one the put expected: the put's, if stored.
-            echo.seen.set_result((entry.seq, entry.payload == echo.payload))
-        try:
-            status = decode(entry.payload, Status)
-        except DecodeError as err:
-            log.error("supervisor.status_undecodable", extra={"job_id": job_id, "error": str(err)})
-            return None
+            mine = entry.payload == echo.payload
+            echo.seen.set_result((entry.seq, mine))
+            if mine and wake == echo.wake:
+                own = echo
+        if own is not None:
+            # The put's own bytes came back: they were encoded from this Status, so decoding
+            # them and encoding the comparable form again would only give what it holds.
+            status, comparable = own.status, own.comparable
+        else:
+            try:
+                status = decode(entry.payload, Status)
+            except DecodeError as err:
+                log.error(
+                    "supervisor.status_undecodable", extra={"job_id": job_id, "error": str(err)}
+                )
+                return None
+            comparable = None
         self.note_appended(job_id, status.seq)  # another replica's appends show here
         current = self._published.get(job_id)
         if current is None or entry.seq > current.stream_seq:
             self._published[job_id] = _Published(
                 stream_seq=entry.seq,
                 record_seq=status.seq,
-                comparable=_comparable(status, entry.headers.get(WAKE_AT_HEADER)),
+                comparable=_comparable(status, wake) if comparable is None else comparable,
             )
         return status
 
@@ -699,7 +712,9 @@ class PassExecutor:
                 return status  # found there after a conflict (e.g. an unacked copy stored)
             expected = 0 if current is None else current.stream_seq
             try:
-                seq = await self._put_status(job.job_id, payload, expected, headers)
+                seq = await self._put_status(
+                    job.job_id, payload, expected, headers, status=status, comparable=comparable
+                )
             except ConcurrencyConflict:
                 self._metrics.conflicts.labels("status").inc()
                 entry = await self._statuses.get((job.job_id,))
@@ -715,9 +730,17 @@ class PassExecutor:
         return status
 
     async def _put_status(
-        self, job_id: str, payload: bytes, expected: int, headers: dict[str, str] | None
+        self,
+        job_id: str,
+        payload: bytes,
+        expected: int,
+        headers: dict[str, str] | None,
+        *,
+        status: Status,
+        comparable: bytes,
     ) -> int:
-        """Make ``payload`` the job's Status over stream seq ``expected``; return its seq.
+        """Make ``payload`` (``status`` encoded; ``comparable`` its form without the time,
+        with ``headers``' wake) the job's Status over stream seq ``expected``; return its seq.
 
         With ``status_echo_s``, published without an ack (issue 11: one message less per
         Status): the first Status of the job after ``expected`` that the watch brings back
@@ -734,7 +757,8 @@ class PassExecutor:
             return await self._statuses.put(
                 key, payload, expected_last_seq=expected, headers=headers
             )
-        echo = self._echoes[job_id] = _Echo(expected, payload)
+        wake = None if headers is None else headers.get(WAKE_AT_HEADER)
+        echo = self._echoes[job_id] = _Echo(expected, payload, status, comparable, wake)
         try:
             await self._statuses.publish(key, payload, expected_last_seq=expected, headers=headers)
             try:
@@ -755,11 +779,18 @@ class PassExecutor:
 class _Echo:
     """A Status published without an ack, waiting to come back on the status watch."""
 
-    __slots__ = ("expected", "payload", "seen")
+    __slots__ = ("comparable", "expected", "payload", "seen", "status", "wake")
 
-    def __init__(self, expected: int, payload: bytes) -> None:
+    def __init__(
+        self, expected: int, payload: bytes, status: Status, comparable: bytes, wake: str | None
+    ) -> None:
         self.expected = expected
         self.payload = payload
+        self.status = status
+        """What ``payload`` encodes, with ``comparable`` (its ``_comparable`` with ``wake``,
+        the wake header sent): taken as they are when the same bytes and wake come back."""
+        self.comparable = comparable
+        self.wake = wake
         self.seen: asyncio.Future[tuple[int, bool]] = asyncio.get_running_loop().create_future()
         """The stream seq of the first Status after ``expected``, and whether it is this
         one (else another writer's value came first: this one was refused)."""

@@ -163,7 +163,7 @@ class Scheduler:
                 if outcome is None:
                     covered = [*done, *covered]
                     done = []
-                    await asyncio.gather(*(_settle(d, verdict, self._retry_s) for d in covered))
+                    await _settle_all(covered, verdict, self._retry_s)
                     if verdict == "nak" and not covered:
                         self._deadlines.retry(
                             job_id, self._clock() + timedelta(seconds=self._retry_s)
@@ -182,13 +182,13 @@ class Scheduler:
             else:
                 # Still more to do after _MAX_ROUNDS: give other jobs a turn, come back soon.
                 self._deadlines.retry(job_id, self._clock())
-            await asyncio.gather(*(_settle(d, "ack") for d in done))
+            await _settle_all(done, "ack")
         finally:
             slot.running = False
             leftover = [*slot.woke, *slot.parked]
             slot.woke, slot.parked = [], []
             if self._stopping:
-                await asyncio.gather(*(_settle(d, "nak") for d in leftover))
+                await _settle_all(leftover, "nak")
             elif leftover or slot.dirty:
                 slot.woke = leftover
                 await self.wake(job_id, None, "work")  # arrived after the last round
@@ -236,7 +236,7 @@ class Scheduler:
             for slot in self._jobs.values():
                 if not slot.running:
                     slot.woke = []
-            await asyncio.gather(*(_settle(d, "nak") for d in waiting))
+            await _settle_all(waiting, "nak")
         self._tg = None
 
 
@@ -247,6 +247,18 @@ def _poison_kind(err: MalformedRecord) -> str:
     if isinstance(err, WriterRefused):
         return "writer"
     return "malformed"
+
+
+async def _settle_all(
+    deliveries: list[Delivery],
+    verdict: Literal["ack", "nak", "term"],
+    delay_s: float | None = None,
+) -> None:
+    """Settle each of ``deliveries``, in turn: an ack, nak or term is one publish that waits
+    for no reply, so a task per message (``asyncio.gather``) would only cost its making
+    (issue 11: most workers end with one or two deliveries to ack)."""
+    for delivery in deliveries:
+        await _settle(delivery, verdict, delay_s)
 
 
 async def _settle(

@@ -563,6 +563,22 @@ async def test_a_status_is_published_without_an_ack_and_its_echo_confirms_it() -
     assert inst.statuses.published == 1
 
 
+async def test_the_echo_of_a_pass_s_own_status_is_not_decoded_again() -> None:
+    """Issue 11 (speed): the bytes that come back are the ones the pass encoded, so the
+    watch takes the pass's Status as it is, and what it compares the next Status with."""
+    inst = Installation()
+    inst.submit()
+    ex = inst.executor(status_echo_s=30.0)
+    seen: list[Status | None] = []
+    inst.statuses.watchers.append(lambda entry: seen.append(ex.note_status(entry.key[-1], entry)))
+    outcome = await ex.run_pass(JOB)
+    assert outcome.status is not None
+    assert seen == [outcome.status]
+    assert seen[0] is outcome.status  # not a decoded copy
+    await ex.run_pass(JOB)  # nothing changed: nothing published
+    assert inst.statuses.published == 1
+
+
 async def test_a_status_whose_echo_never_comes_is_put_acked() -> None:
     """No watch brings it back (not following yet, a reconnect): after ``status_echo_s``
     the same put is sent acked; the first copy was stored, so that one conflicts, the
