@@ -122,10 +122,11 @@ def _write_atomically(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _read(path: Path, decoder: msgspec.json.Decoder[T]) -> T | None:
+def _read(path: Path | str, decoder: msgspec.json.Decoder[T]) -> T | None:
     """Decode ``path``, or ``None`` when it does not exist or is not (yet) valid."""
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            data = f.read()
     except (FileNotFoundError, NotADirectoryError):
         return None
     try:
