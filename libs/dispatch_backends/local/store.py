@@ -45,8 +45,10 @@ from dispatch_backends.local.files import (
     _read,
     _same_process,
     _Settled,
+    _tmp_name,
     _utcnow,
     _write_atomically,
+    _write_new,
 )
 from dispatch_backends.protocol import (
     CessationAnswer,
@@ -95,8 +97,15 @@ class _Store:
         self._settled: dict[str, _Settled] = {}
 
     def ensure(self) -> None:
-        self.objects.mkdir(parents=True, exist_ok=True)
-        self.archive.mkdir(parents=True, exist_ok=True)
+        # One mkdir each once they exist (pathlib's exist_ok adds a stat): every start
+        # calls this.
+        for directory in (self.objects, self.archive):
+            try:
+                os.mkdir(directory)
+            except FileExistsError:
+                pass
+            except FileNotFoundError:
+                directory.mkdir(parents=True, exist_ok=True)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -189,7 +198,8 @@ class _Store:
             exists (an earlier start got that far; the directory may be in the archive).
         """
         self.ensure()
-        self.attempts.mkdir(exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(self.attempts)
         index = self.attempts / key
         while True:
             object_id = _read_id(index)
@@ -754,14 +764,14 @@ def _read_id(index: Path) -> str:
 def _create_if_absent(path: Path, data: bytes) -> bool:
     """Create ``path`` holding ``data`` unless it exists; return whether it was created.
     Readers see it complete or not at all (a hard link of a file written first)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    tmp.write_bytes(data)
+    tmp = _tmp_name(path)
+    _write_new(tmp, data)
     try:
         os.link(tmp, path)
     except FileExistsError:
         return False
     finally:
-        tmp.unlink()
+        os.unlink(tmp)
     return True
 
 
