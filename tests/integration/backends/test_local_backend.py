@@ -692,3 +692,29 @@ async def test_an_execution_does_not_inherit_the_services_credentials(
     ref = await run(harness, job, ("/bin/sh", "-c", script))
     await harness.wait_phase(job, ref, ObjectPhase.ENDED)
     assert (await harness.output(ref)).strip() == "none none /scratch"
+
+
+def test_concurrent_claims_share_the_lock_and_keep_ids_dense(tmp_path: Path) -> None:
+    """Threads claiming at once (a mass preemption's starts) get one object per launch,
+    consecutive ids with no hole, and concurrent claims of one launch agree on one object."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dispatch_backends.local.store import _Store
+
+    store = _Store(tmp_path / "data")
+    keys = [f"job-{i}.1.1" for i in range(64)] + ["same.1.1"] * 16
+    with ThreadPoolExecutor(32) as pool:
+        claimed = list(pool.map(store.claim, keys))
+    by_key: dict[str, set[str]] = {}
+    for key, (object_id, path, made) in zip(keys, claimed, strict=True):
+        assert not made
+        assert path == store.objects / object_id
+        by_key.setdefault(key, set()).add(object_id)
+    assert len(by_key["same.1.1"]) == 1
+    ids = {int(object_id) for v in by_key.values() for object_id in v}
+    assert len(ids) == 65
+    # No hole: an id a losing claim gave back is the next one this process hands out.
+    spare = {int(object_id) for object_id, _path in store._spare}
+    upto = int((tmp_path / "data" / "next-id").read_text())
+    assert ids | spare == set(range(1, upto))
+    assert not ids & spare
