@@ -429,7 +429,8 @@ class NatsCluster:
     # -- life -------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start every server, then wait until the cluster has a meta leader.
+        """Start every server, then wait until the cluster has a meta leader that sees every
+        other server as a current peer (:meth:`wait_meta_whole`).
 
         Raises:
             NatsServerError: a server did not start, or no leader was elected in time.
@@ -438,6 +439,7 @@ class NatsCluster:
             for server in self.servers:
                 server.start()
             self.wait_ready()
+            self.wait_meta_whole()
         except BaseException:
             self.stop()
             raise
@@ -556,6 +558,28 @@ class NatsCluster:
                 return leader
             if time.monotonic() > deadline:
                 raise NatsServerError("the cluster elected no JetStream meta leader in time")
+            time.sleep(0.05)
+
+    def wait_meta_whole(self, timeout_s: float | None = None) -> None:
+        """Wait until the meta leader counts every other server as a current peer of the meta
+        group. A leader is elected before every peer has caught up; a test that kills the
+        leader then may leave survivors that can't elect another for a long while (seen in
+        CI: no meta leader among the two survivors within 60 s).
+
+        Raises:
+            NatsServerError: not within ``timeout_s`` (default: the start timeout).
+        """
+        deadline = time.monotonic() + (timeout_s or self.start_timeout_s)
+        while True:
+            with contextlib.suppress(NatsServerError):
+                leader = self.meta_leader()
+                if leader is not None:
+                    meta = self.jsz(self.index(leader)).get("meta_cluster") or {}
+                    current = [r for r in meta.get("replicas") or [] if r.get("current")]
+                    if meta.get("leader") == leader and len(current) == len(self.servers) - 1:
+                        return
+            if time.monotonic() > deadline:
+                raise NatsServerError("the meta group's peers did not all become current in time")
             time.sleep(0.05)
 
     def wait_healthy(self, i: int, timeout_s: float | None = None) -> None:
