@@ -78,7 +78,15 @@ from dispatch_backends.kubeflow.names import (
     JOBSET_RESTART_LABEL,
     JOBSET_UID_LABEL,
 )
-from dispatch_backends.kubeflow.objects import Job, Node, Pod, TrainJob, Workload, parse_time
+from dispatch_backends.kubeflow.objects import (
+    Job,
+    Node,
+    Pod,
+    TrainJob,
+    Workload,
+    parse_time,
+    reason_words,
+)
 from dispatch_core.state import Cause, CauseKind, Provenance, UtcDatetime
 
 __all__ = [
@@ -314,12 +322,8 @@ class NodeFacts(msgspec.Struct, frozen=True, kw_only=True):
 
     def words(self) -> str:
         """``node <name> Ready=<status> (<reason>): <message>``."""
-        text = f"node {self.name} Ready={self.ready or 'absent'}"
-        if self.reason:
-            text += f" ({self.reason})"
-        if self.message:
-            text += f": {self.message}"
-        return text
+        head = f"node {self.name} Ready={self.ready or 'absent'}"
+        return reason_words(head, self.reason, self.message)
 
 
 def node_facts(node: Node) -> NodeFacts:
@@ -454,35 +458,16 @@ def _candidates(
         if d is not None:
             words = f"pod {pod.name} {DISRUPTION_TARGET} ({d.reason}): {d.message}"
             if d.reason in _PREEMPTED_DISRUPTIONS:
-                out.append(
-                    _Candidate(
-                        at=d.at,
-                        rank=_RANK_DISRUPTION,
-                        kind=CauseKind.PREEMPTED,
-                        provenance=Provenance.SCHEDULER,
-                        words=words,
-                    )
-                )
+                kind, rank = CauseKind.PREEMPTED, _RANK_DISRUPTION
             elif d.reason in _NODE_LOST_DISRUPTIONS:
-                out.append(
-                    _Candidate(
-                        at=d.at,
-                        rank=_RANK_DISRUPTION,
-                        kind=CauseKind.NODE_LOST,
-                        provenance=Provenance.SCHEDULER,
-                        words=words,
-                    )
-                )
+                kind, rank = CauseKind.NODE_LOST, _RANK_DISRUPTION
             else:
-                out.append(
-                    _Candidate(
-                        at=d.at,
-                        rank=_RANK_OTHER_DISRUPTION,
-                        kind=CauseKind.UNKNOWN,
-                        provenance=Provenance.SCHEDULER,
-                        words=words,
-                    )
+                kind, rank = CauseKind.UNKNOWN, _RANK_OTHER_DISRUPTION
+            out.append(
+                _Candidate(
+                    at=d.at, rank=rank, kind=kind, provenance=Provenance.SCHEDULER, words=words
                 )
+            )
         # A pod the taint manager or PodGC did not mark, left unfinished on a lost node.
         if pod.node and not pod.finished and d is None:
             node_lost, node_words, since = _node_state(pod.node, nodes)
@@ -507,27 +492,22 @@ def _candidates(
             if t.message:
                 words += f": {t.message}"
             if t.reason == "OOMKilled":
-                out.append(
-                    _Candidate(
-                        at=t.at,
-                        rank=_RANK_OOM,
-                        kind=CauseKind.OUT_OF_MEMORY,
-                        provenance=Provenance.SCHEDULER,
-                        words=words,
-                        exit_code=t.exit_code,
-                    )
-                )
+                found = (CauseKind.OUT_OF_MEMORY, _RANK_OOM, Provenance.SCHEDULER)
             elif t.exit_code:
-                out.append(
-                    _Candidate(
-                        at=t.at,
-                        rank=_RANK_EXIT,
-                        kind=CauseKind.NON_ZERO_EXIT,
-                        provenance=Provenance.APPLICATION,
-                        words=words,
-                        exit_code=t.exit_code,
-                    )
+                found = (CauseKind.NON_ZERO_EXIT, _RANK_EXIT, Provenance.APPLICATION)
+            else:
+                continue
+            kind, rank, provenance = found
+            out.append(
+                _Candidate(
+                    at=t.at,
+                    rank=rank,
+                    kind=kind,
+                    provenance=provenance,
+                    words=words,
+                    exit_code=t.exit_code,
                 )
+            )
     evicted = kueue_eviction(workload)
     if evicted is not None:
         out.append(

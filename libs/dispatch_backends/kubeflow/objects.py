@@ -47,6 +47,7 @@ __all__ = [
     "Workload",
     "decode",
     "parse_time",
+    "reason_words",
 ]
 
 _T = TypeVar("_T", bound=msgspec.Struct)
@@ -60,6 +61,16 @@ def parse_time(value: object) -> datetime | None:
         return datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def reason_words(head: str, reason: str | None, message: str | None) -> str:
+    """``<head> (<reason>): <message>``, each part only when the object says it."""
+    text = head
+    if reason:
+        text += f" ({reason})"
+    if message:
+        text += f": {message}"
+    return text
 
 
 class _Object(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -87,12 +98,7 @@ class Condition(_Object, frozen=True, kw_only=True):
 
     def words(self, what: str) -> str:
         """``<what> <type> (<reason>): <message>`` with the condition's own words."""
-        text = f"{what} {self.type}"
-        if self.reason:
-            text += f" ({self.reason})"
-        if self.message:
-            text += f": {self.message}"
-        return text
+        return reason_words(f"{what} {self.type}", self.reason, self.message)
 
 
 class OwnerReference(_Object, frozen=True, kw_only=True):
