@@ -310,6 +310,18 @@ def cancel_actor(uid: int, user: str | None = None) -> Actor:
     return Actor(name=name, kind=ActorKind.HUMAN)
 
 
+_SCHEDULER_KINDS: Final = {
+    "TIMEOUT": CauseKind.TIME_LIMIT,
+    "PREEMPTED": CauseKind.PREEMPTED,
+    "NODE_FAIL": CauseKind.NODE_LOST,
+    "OUT_OF_MEMORY": CauseKind.OUT_OF_MEMORY,
+    "CANCELLED": CauseKind.CANCELLED,
+    "REQUEUED": CauseKind.REQUEUED,
+    "BOOT_FAIL": CauseKind.LAUNCH_FAILED,
+}
+"""The end states the scheduler alone decides, and their cause (an unlisted one: unknown)."""
+
+
 def _scheduler(kind: CauseKind, text: str, at: datetime | None) -> Cause:
     return Cause(kind=kind, provenance=Provenance.SCHEDULER, detail=text, at=at)
 
@@ -356,32 +368,18 @@ def end_cause(
                     at=at,
                 )
             return _scheduler(CauseKind.UNKNOWN, text, at)
-        case "TIMEOUT":
-            return _scheduler(CauseKind.TIME_LIMIT, text, at)
-        case "PREEMPTED":
-            return _scheduler(CauseKind.PREEMPTED, text, at)
-        case "NODE_FAIL":
-            return _scheduler(CauseKind.NODE_LOST, text, at)
-        case "OUT_OF_MEMORY":
-            return _scheduler(CauseKind.OUT_OF_MEMORY, text, at)
-        case "CANCELLED":
-            if actor is not None:
-                return Cause(
-                    kind=CauseKind.CANCELLED,
-                    provenance=Provenance.ACTOR,
-                    actor=actor,
-                    detail=text,
-                    at=at,
-                )
-            return _scheduler(CauseKind.CANCELLED, text, at)
-        case "REQUEUED":
-            return _scheduler(CauseKind.REQUEUED, text, at)
-        case "BOOT_FAIL":
-            return _scheduler(CauseKind.LAUNCH_FAILED, text, at)
+        case "CANCELLED" if actor is not None:
+            return Cause(
+                kind=CauseKind.CANCELLED,
+                provenance=Provenance.ACTOR,
+                actor=actor,
+                detail=text,
+                at=at,
+            )
         case "DEADLINE":
             return _scheduler(CauseKind.TIME_LIMIT if ran else CauseKind.UNKNOWN, text, at)
         case _:
-            return _scheduler(CauseKind.UNKNOWN, text, at)
+            return _scheduler(_SCHEDULER_KINDS.get(state, CauseKind.UNKNOWN), text, at)
 
 
 def actor_uid(words: str) -> int | None:
