@@ -362,6 +362,13 @@ def escalations_table(escalations: Sequence[EscalationView]) -> str:
     return table(["AT", "JOB", "ID", "DELIVERY", "DETAIL"], rows)
 
 
+_WINDOW_WORDS: Final[dict[type[JobEvent], tuple[str, str]]] = {
+    NodeLossObserved: ("on a lost node", "node back: no longer on a lost node"),
+    NoCapacityObserved: ("waits for capacity", "no longer waits for capacity"),
+}
+"""What an object's window fact says once it begins, and once it ends (``since=None``)."""
+
+
 def event_line(seq: int, event: JobEvent) -> str:
     """One record event, in a few words."""
     match event:
@@ -374,9 +381,7 @@ def event_line(seq: int, event: JobEvent) -> str:
             if event.cluster is not None:
                 what += f" on {event.cluster}"
         case LaunchRecorded():
-            what = (
-                f"launch {event.submission}/{event.attempt} -> {event.ref.cluster}/{event.ref.id}"
-            )
+            what = f"launch {event.submission}/{event.attempt} -> {event.ref}"
         case LaunchIntended():
             what = f"launch {event.submission}/{event.attempt} intended"
         case LaunchRefused():
@@ -384,39 +389,33 @@ def event_line(seq: int, event: JobEvent) -> str:
         case LaunchUnknown():
             what = f"launch {event.submission}/{event.attempt} outcome unknown: {event.detail}"
         case GateOpened():
-            what = f"gate of {event.ref.cluster}/{event.ref.id} opened"
+            what = f"gate of {event.ref} opened"
         case StopRequested():
             kind = "emergency stop" if event.emergency else "stop"
-            what = f"{kind} of {event.ref.cluster}/{event.ref.id}: {event.why}"
+            what = f"{kind} of {event.ref}: {event.why}"
             if event.cause is not None:  # a no-capacity stop: what the scheduler said
                 what += f" ({cause_text(event.cause)})"
-        case NodeLossObserved():
-            obj = f"{event.ref.cluster}/{event.ref.id}"
+        case NodeLossObserved() | NoCapacityObserved():
+            began, ended = _WINDOW_WORDS[type(event)]
             if event.since is None or event.cause is None:
-                what = f"{obj} node back: no longer on a lost node"
+                what = f"{event.ref} {ended}"
             else:
-                what = f"{obj} on a lost node: {cause_text(event.cause)}"
-        case NoCapacityObserved():
-            obj = f"{event.ref.cluster}/{event.ref.id}"
-            if event.since is None or event.cause is None:
-                what = f"{obj} no longer waits for capacity"
-            else:
-                what = f"{obj} waits for capacity: {cause_text(event.cause)}"
+                what = f"{event.ref} {began}: {cause_text(event.cause)}"
         case CessationObserved():
-            what = f"{event.ref.cluster}/{event.ref.id} ceased: {'yes' if event.ceased else 'no'}"
+            what = f"{event.ref} ceased: {'yes' if event.ceased else 'no'}"
         case CancelRequested() | GaveUp() | EmergencyStopRequested():
             what = f"by {event.by.name}: {event.reason}"
         case Superseded():
             what = f"by job {event.new_job} ({event.by.name}: {event.reason})"
         case ExecutionEnded():
-            what = f"{event.ref.cluster}/{event.ref.id} ended: {cause_text(event.cause)}"
+            what = f"{event.ref} ended: {cause_text(event.cause)}"
         case RecoveryCommitted():
             what = f"recovery: rule {event.rule} {event.action.value} on {event.cause.kind.value}"
             if event.free:
                 what += " (free: the execution made progress)"
         case ProgressObserved():
             step = "nothing published" if event.step is None else f"step {event.step}"
-            what = f"{event.ref.cluster}/{event.ref.id} ended at {step}"
+            what = f"{event.ref} ended at {step}"
             if event.advanced:
                 what += ", advanced"
             if event.without_progress:
