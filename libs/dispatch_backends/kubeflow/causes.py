@@ -484,30 +484,9 @@ def _candidates(
                         words=f"pod {pod.name} on {node_words}",
                     )
                 )
-        t = pod.termination
-        if t is not None and not t.deleting:
-            words = f"pod {pod.name} container {t.container} terminated ({t.reason})"
-            if t.exit_code is not None:
-                words += f", exit code {t.exit_code}"
-            if t.message:
-                words += f": {t.message}"
-            if t.reason == "OOMKilled":
-                found = (CauseKind.OUT_OF_MEMORY, _RANK_OOM, Provenance.SCHEDULER)
-            elif t.exit_code:
-                found = (CauseKind.NON_ZERO_EXIT, _RANK_EXIT, Provenance.APPLICATION)
-            else:
-                continue
-            kind, rank, provenance = found
-            out.append(
-                _Candidate(
-                    at=t.at,
-                    rank=rank,
-                    kind=kind,
-                    provenance=provenance,
-                    words=words,
-                    exit_code=t.exit_code,
-                )
-            )
+        terminated = _terminated(pod)
+        if terminated is not None:
+            out.append(terminated)
     evicted = kueue_eviction(workload)
     if evicted is not None:
         out.append(
@@ -532,6 +511,27 @@ def _candidates(
                 )
             )
     return out
+
+
+def _terminated(pod: PodFacts) -> _Candidate | None:
+    """The evidence of the pod's failing container: out of memory, else a non-zero exit."""
+    t = pod.termination
+    if t is None or t.deleting:
+        return None
+    words = f"pod {pod.name} container {t.container} terminated ({t.reason})"
+    if t.exit_code is not None:
+        words += f", exit code {t.exit_code}"
+    if t.message:
+        words += f": {t.message}"
+    if t.reason == "OOMKilled":
+        kind, rank, provenance = CauseKind.OUT_OF_MEMORY, _RANK_OOM, Provenance.SCHEDULER
+    elif t.exit_code:
+        kind, rank, provenance = CauseKind.NON_ZERO_EXIT, _RANK_EXIT, Provenance.APPLICATION
+    else:
+        return None
+    return _Candidate(
+        at=t.at, rank=rank, kind=kind, provenance=provenance, words=words, exit_code=t.exit_code
+    )
 
 
 def _node_shutdown(pod: PodFacts, nodes: Mapping[str, NodeFacts]) -> _Candidate | None:

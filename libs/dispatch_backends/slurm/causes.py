@@ -315,11 +315,11 @@ _SCHEDULER_KINDS: Final = {
     "PREEMPTED": CauseKind.PREEMPTED,
     "NODE_FAIL": CauseKind.NODE_LOST,
     "OUT_OF_MEMORY": CauseKind.OUT_OF_MEMORY,
-    "CANCELLED": CauseKind.CANCELLED,
     "REQUEUED": CauseKind.REQUEUED,
     "BOOT_FAIL": CauseKind.LAUNCH_FAILED,
 }
-"""The end states the scheduler alone decides, and their cause (an unlisted one: unknown)."""
+"""The end states the scheduler alone decides, and their cause (an unlisted one: unknown).
+``FAILED``, ``CANCELLED`` and ``DEADLINE`` look further (:func:`end_cause`)."""
 
 
 def _scheduler(kind: CauseKind, text: str, at: datetime | None) -> Cause:
@@ -368,14 +368,16 @@ def end_cause(
                     at=at,
                 )
             return _scheduler(CauseKind.UNKNOWN, text, at)
-        case "CANCELLED" if actor is not None:
-            return Cause(
-                kind=CauseKind.CANCELLED,
-                provenance=Provenance.ACTOR,
-                actor=actor,
-                detail=text,
-                at=at,
-            )
+        case "CANCELLED":
+            if actor is not None:
+                return Cause(
+                    kind=CauseKind.CANCELLED,
+                    provenance=Provenance.ACTOR,
+                    actor=actor,
+                    detail=text,
+                    at=at,
+                )
+            return _scheduler(CauseKind.CANCELLED, text, at)
         case "DEADLINE":
             return _scheduler(CauseKind.TIME_LIMIT if ran else CauseKind.UNKNOWN, text, at)
         case _:
