@@ -12,6 +12,10 @@ to some replica as its own delivery and wakes a pass there; a pass that plans fr
 older one a moment later commits with optimistic concurrency on the record, and on a
 conflict re-plans with a value read from the leader. So a pass sees what a pass that
 started a moment earlier would have read.
+
+That holds for the pass the delivery woke only: a value kept for a pass that failed
+before it read it is dropped (``Replica._run_pass``), as its delivery is nak'd and newer
+values may go to another replica; a later pass here reads the leader.
 """
 
 from __future__ import annotations

@@ -121,6 +121,7 @@ from dispatch_nats import (
     LatestEntry,
     Loaded,
     RecordRepository,
+    StaleRead,
 )
 from dispatch_nats.contract import WAKE_AT_HEADER
 from services.common.clock import utcnow
@@ -331,11 +332,13 @@ class PassExecutor:
     def note_appended(self, job_id: str, seq: int | None = None) -> None:
         """Take note that the job's record holds an event at ``seq`` (None: some event
         after the cached fold), e.g. another writer's append was delivered: the next pass
-        reads the record if its cached fold is behind it."""
-        job = self._jobs.get(job_id)
-        if job is None:
-            return  # the next pass reads the record anyway
+        reads the record if its cached fold is behind it, and a read that does not reach
+        ``seq`` is stale (``_load``). Noted for a job not cached too: its first pass, woken
+        by the API's ``job.created``, must not take a read that misses it for "no record"."""
         if seq is None:
+            job = self._jobs.get(job_id)
+            if job is None:
+                return  # the next pass reads the record anyway
             seq = job.seq + 1
         if seq > self._ahead.get(job_id, 0):
             self._ahead[job_id] = seq
@@ -514,11 +517,24 @@ class PassExecutor:
 
         Raises:
             PoisonRecord: an event can't be read (naming the job and seq).
+            dispatch_nats.StaleRead: the read stops short of a seq noted stored
+                (``note_appended``).
         """
         try:
-            return await self._repo.load(job_id, prior)
+            loaded = await self._repo.load(job_id, prior)
         except MalformedRecord as err:  # undecodable, refused writer, out of order...
             raise PoisonRecord(job_id, err) from err
+        # The record is read from the stream's leader, which acknowledged every append; but
+        # JetStream stores an append on each server as that server applies it, and a loaded
+        # leader may apply it after a follower whose consumer already delivered it (seen:
+        # a job.created delivered, the leader "holds no message", the pass "found no
+        # record", its delivery acked, the job never supervised). A read short of a seq
+        # known stored is stale: the pass fails retryably and its deliveries come again.
+        ahead = self._ahead.get(job_id, 0)
+        got = 0 if loaded is None else loaded.job.seq
+        if got < ahead:
+            raise StaleRead(f"job {job_id!r}: read record", ahead, got)
+        return loaded
 
     def _backend(self, job: Job, cluster: str | None = None) -> Backend:
         """The backend of ``cluster``, by default the job's current cluster (the cluster of

@@ -53,7 +53,7 @@ from services.supervisor.config import SupervisorConfig
 from services.supervisor.deadlines import Deadlines
 from services.supervisor.delivered import DeliveredLatest
 from services.supervisor.metrics import SupervisorMetrics
-from services.supervisor.passes import PassExecutor
+from services.supervisor.passes import PassExecutor, PassOutcome
 from services.supervisor.ports import DeliverFn
 from services.supervisor.scheduling import Scheduler, Source
 
@@ -140,7 +140,7 @@ class Replica:
         )
         self.deadlines = Deadlines(self._publish_wake, clock=clock)
         self.scheduler = Scheduler(
-            self.executor.run_pass,
+            self._run_pass,
             deadlines=self.deadlines,
             metrics=metrics,
             max_concurrent=cfg.max_concurrent_passes,
@@ -266,6 +266,22 @@ class Replica:
             except NatsStoreError:
                 if not stop.is_set():
                     raise
+
+    async def _run_pass(self, job_id: str) -> PassOutcome:
+        """Run one pass of ``job_id`` (the scheduler's ``run_pass``).
+
+        A pass that fails takes no Discovery it was woken with: the value kept for it is
+        dropped then. Its delivery is nak'd and may go to another replica, as may every
+        newer value of the key; kept here, it would be handed to this replica's next pass
+        of the job (a deadline, an append by the notifier), which would plan from a
+        Discovery older than the record it reads: a stale decision committed (a stop of
+        an object long ended) and a Status that reads the job unsettled.
+        """
+        try:
+            return await self.executor.run_pass(job_id)
+        except BaseException:
+            self.discoveries.forget(job_id)
+            raise
 
     def note_status(self, entry: LatestEntry) -> None:
         """Take note of one Status from the stream."""

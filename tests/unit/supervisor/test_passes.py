@@ -46,6 +46,7 @@ from dispatch_core import (
     encode,
     fold,
 )
+from dispatch_nats import RecordEntry, StaleRead
 from services.supervisor.metrics import SupervisorMetrics
 from services.supervisor.passes import PassExecutor
 from services.supervisor.ports import DeliverFn
@@ -626,3 +627,31 @@ async def test_a_status_refused_for_another_writers_is_decided_again(newer: bool
     assert inst.backend.opened == [ObjectRef(cluster=CLUSTER, id="1")]
     assert inst.status().seq == (10**9 if newer else outcome.seq)
     assert outcome.seq == inst.last(JOB)
+
+
+async def test_a_pass_whose_read_misses_the_append_that_woke_it_fails_retryably(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The record consumer delivered the API's ``job.created``, but the read misses it:
+    the stream's leader applies an append after a follower whose consumer delivered it
+    (the chaos test, a loaded box: "no record", the delivery acked, the job never
+    supervised). The pass fails retryably (its delivery comes again) and the next one,
+    reading it, launches."""
+    inst = Installation()
+    inst.submit()
+    executor = inst.executor()
+    entries = await inst.records.read(JOB)
+    executor.note_appended(JOB, entries[-1].seq)  # what the record delivery says
+    read = inst.records.read
+
+    async def behind(job_id: str, after_seq: int = 0) -> list[RecordEntry]:
+        return []
+
+    monkeypatch.setattr(inst.records, "read", behind)
+    with pytest.raises(StaleRead):
+        await executor.run_pass(JOB)
+    assert await read(JOB) == entries  # nothing was decided from the stale read
+    monkeypatch.setattr(inst.records, "read", read)
+    outcome = await executor.run_pass(JOB)
+    assert outcome.found
+    assert any(isinstance(e, LaunchIntended) for e in inst.events(JOB)), inst.events(JOB)

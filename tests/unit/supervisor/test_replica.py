@@ -7,14 +7,15 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
+import pytest
 from nats.aio.client import Client as NATS
 from prometheus_client import CollectorRegistry
 
 from dispatch_core import Cancel, decide
-from dispatch_nats import DEFAULT_LAYOUT
+from dispatch_nats import DEFAULT_LAYOUT, StoreUnavailable
 from services.supervisor.config import SupervisorConfig
 from services.supervisor.metrics import SupervisorMetrics
-from services.supervisor.passes import PassExecutor
+from services.supervisor.passes import PassExecutor, PassOutcome
 from services.supervisor.replica import Replica
 from tests.unit.supervisor.deliveries import FakeDelivery, FakeFeed, RecordingScheduler
 from tests.unit.supervisor.test_passes import ALICE, CLUSTER, Installation
@@ -81,3 +82,35 @@ async def test_a_settled_status_empties_the_per_job_caches() -> None:
     assert replica.cached_jobs() == {"j"}
     replica.note_status(settled_status)
     assert replica.cached_jobs() == frozenset()
+
+
+async def test_a_failed_pass_leaves_no_discovery_kept_for_a_later_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pass that fails before it reads the Discovery (the store down for a moment) naks
+    its delivery, which may go to the other replica, as may every newer value: the value
+    kept here is dropped, or this replica's next pass of the job would plan from a
+    Discovery older than the record it reads."""
+    replica = Replica(
+        NATS(),  # never connected: the pass is a FAKE that fails on the store
+        layout=DEFAULT_LAYOUT,
+        backends={},
+        metrics=SupervisorMetrics(CollectorRegistry()),
+        cfg=SupervisorConfig(),
+        deliver=None,
+    )
+
+    async def store_down(job_id: str) -> PassOutcome:
+        raise StoreUnavailable(f"job {job_id!r}: read record", "no reply from JetStream")
+
+    monkeypatch.setattr(replica.executor, "run_pass", store_down)
+    delivery = _discovery("j", 5)
+    stop = asyncio.Event()
+    scheduler = asyncio.create_task(replica.scheduler.run(stop))
+    consumer = asyncio.create_task(replica.consume("discovery", FakeFeed([delivery]), stop))
+    try:
+        await until(lambda: delivery.settled == ["nak"])
+    finally:
+        stop.set()
+        await asyncio.gather(scheduler, consumer)
+    assert replica.discoveries.kept_jobs() == frozenset()
