@@ -151,6 +151,11 @@ async def test_an_object_found_nowhere_is_listed_vanished_after_a_restart(
     async def dead() -> None:
         shown = (await rt.objects()).get("lost", ())
         assert [o.phase for o in shown] == [ObjectPhase.ENDED], shown
+        # The runner writes ``status.json`` (ENDED) before it ends the rest of the group and
+        # writes ``ceased.json``, its last file: remove the directory only after that, as a
+        # person cleaning up would, or the runner's last write races the removal.
+        answer = await rt.backend.cessation(ref, ())
+        assert answer.ceased, answer
 
     await assert_eventually(dead, timeout_s=30)
     await asyncio.to_thread(shutil.rmtree, rt.data_dir / "objects" / ref.id)
