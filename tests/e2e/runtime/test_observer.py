@@ -61,8 +61,7 @@ async def test_unreachable_scheduler_shows_on_the_heartbeat_and_changes_nothing(
             assert [o.phase for o in discovery.objects] == [ObjectPhase.RUNNING]
 
         await assert_eventually(running, timeout_s=30)
-        assert beats
-        assert beats[-1].reachable
+        await assert_eventually(lambda: _reachable(beats, jobs=1), timeout_s=30)
         before = await _discovery_seqs(rt)
         await asyncio.to_thread(rt.backend.faults.set_unreachable, True)
         try:
@@ -86,8 +85,18 @@ async def test_unreachable_scheduler_shows_on_the_heartbeat_and_changes_nothing(
             assert [o.phase for o in discovery.objects] == [ObjectPhase.ENDED]
 
         await assert_eventually(ended, timeout_s=30)
-        assert beats[-1].reachable
-        assert beats[-1].jobs == 1
+        await assert_eventually(lambda: _reachable(beats, jobs=1), timeout_s=30)
+
+
+def _reachable(beats: list[Heartbeat], *, jobs: int) -> None:
+    """The latest heartbeat says the scheduler is reachable and shows ``jobs`` jobs.
+
+    Waited for, not asserted on the Discovery's arrival: a poll sends its heartbeat after
+    it has published its Discoveries, so the test may read a poll's Discovery before that
+    poll's heartbeat arrives (the last one then is the previous poll's)."""
+    assert beats, "no heartbeat yet"
+    assert beats[-1].reachable, beats[-1]
+    assert beats[-1].jobs == jobs, beats[-1]
 
 
 def _at_least(beats: list[Heartbeat], n: int) -> None:
