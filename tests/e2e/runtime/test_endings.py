@@ -55,6 +55,22 @@ class CutOff:
     def __init__(self, backend: LocalBackend) -> None:
         self.inner = backend
         self.cut = False
+        self.refused_discovers = 0
+
+    async def cut_off(self) -> None:
+        """Cut the way, and wait until the observer's next discover is refused.
+
+        A discover already under way when the way is cut still gets its answer (it got
+        past the cut), and a slow one may see what happens after the cut. The observer
+        polls one discover at a time, so once one is refused no earlier one is in flight:
+        from then on the observer sees nothing of the scheduler."""
+        self.cut = True
+        refused = self.refused_discovers
+
+        def refused_one() -> None:
+            assert self.refused_discovers > refused, "no discover refused since the cut"
+
+        await assert_eventually(refused_one, timeout_s=30)
 
     @property
     def cluster(self) -> str:
@@ -80,6 +96,8 @@ class CutOff:
         await self.inner.stop(ref)
 
     async def discover(self, expected: Collection[ObjectRef] = ()) -> Snapshot:
+        if self.cut:
+            self.refused_discovers += 1
         self._check()
         return await self.inner.discover(expected=expected)
 
@@ -129,7 +147,7 @@ async def test_a_job_that_completes_while_the_observer_is_cut_off_succeeds(
     await rt.observer(backend=way)
     await rt.supervisor()
     ref = await _running(rt, "cut-off")
-    way.cut = True
+    await way.cut_off()
     await _completed_and_archived(rt, ref)
     status = await rt.status("cut-off")
     assert status is not None
