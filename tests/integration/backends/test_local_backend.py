@@ -331,7 +331,7 @@ async def test_start_refuses_when_the_runner_cannot_start(tmp_path: Path) -> Non
 async def test_cessation_waits_for_every_process_of_the_group(tmp_path: Path) -> None:
     """The object ends when its command exits, but a child left in its process group keeps
     it from having ceased until the runner's clean-up kills it (seed 004)."""
-    harness = LocalHarness(tmp_path / "data", kill_wait_s=1.5)
+    harness = LocalHarness(tmp_path / "data", kill_wait_s=5.0)
     try:
         job = new_job_id()
         # The command exits once its child ignores SIGTERM, leaving it in the group.
