@@ -36,6 +36,8 @@ from dispatch_core import (
     ObjectRef,
     RecoveryPolicy,
     RecoveryRule,
+    State,
+    Status,
 )
 from services.api import service as api_service
 from services.api.config import ApiConfig
@@ -205,7 +207,13 @@ async def test_dispatch_logs_reads_the_trainer_pod_s_bytes_through_observer_api_
         options={"image": "ghcr.io/example/train:1", "nodes": "2"},
     )
     policy = RecoveryPolicy(
-        rules=(RecoveryRule(on=(CauseKind.PREEMPTED,), action=Action.RESUBMIT, budget=2),)
+        rules=(
+            RecoveryRule(on=(CauseKind.PREEMPTED,), action=Action.RESUBMIT, budget=2),
+            # the JobSet's own restart after a pod's non-zero exit is accepted as this rule's
+            # recovery (native), so the TrainJob runs on: under no rule the supervisor stops
+            # (deletes) it, its pods and their logs with it (docs/core-semantics.md)
+            RecoveryRule(on=(CauseKind.NON_ZERO_EXIT,), action=Action.RESUBMIT, budget=1),
+        )
     )
     await inst.submit(job, spec, policy)
     await inst.wait_status(job, running(1))
@@ -266,7 +274,7 @@ async def test_dispatch_logs_reads_the_trainer_pod_s_bytes_through_observer_api_
         await assert_eventually(follower.printed(resumed + later), timeout_s=60)
         assert follower.proc.poll() is None  # still following while the TrainJob runs
         # a pod fails: the JobSet restarts (maxRestarts 1) with new pods, and a new log (the
-        # job fails: no rule covers the non-zero exit; the TrainJob runs on)
+        # second rule accepts the restart as its recovery: the TrainJob runs on)
         await asyncio.to_thread(inst.cluster.fail, NS, name2, index=1)
         pod3 = await assert_eventually(
             lambda: asyncio.to_thread(_restarted_pod, inst, name2), timeout_s=60
@@ -283,6 +291,13 @@ async def test_dispatch_logs_reads_the_trainer_pod_s_bytes_through_observer_api_
         assert bytes(follower.out) == resumed + later + again + last
     finally:
         follower.close()
+
+    def succeeded(status: Status) -> None:
+        assert status.state is State.SUCCEEDED, status
+
+    # the job ends with its TrainJob (the restart was a recovery): nothing stops it, so the
+    # reads below come after the supervisor acted on the end, and the TrainJob stays
+    await inst.wait_status(job, succeeded)
     # a read now: the log of the TrainJob's node-0 pod of its latest JobSet restart (the
     # restart deleted the first pod, and its log with it)
     code, out, err = await inst.dispatch("logs", job, "--execution", "2")
